@@ -1,0 +1,186 @@
+"""Typed configuration for a synthesis pipeline, and YAML presets validated against it.
+
+Every knob a user can turn in the CLI, the app or a notebook is a field here, so that a
+preset file, a UI form and a benchmark sweep all describe a run the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+FAMILIES = ("piper-vits", "orpheus")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("fp32", "fp16", "bf16")
+QUANTS = ("none", "int8-weight", "int8-dynamic", "int4-weight", "fp8")
+KV_CACHES = ("none", "dynamic", "static")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+WEIGHTS = ("real", "dummy")
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "family": FAMILIES,
+    "device": DEVICES,
+    "dtype": DTYPES,
+    "quant": QUANTS,
+    "kv_cache": KV_CACHES,
+    "compile": COMPILE_MODES,
+    "weights": WEIGHTS,
+}
+
+
+class ConfigError(ValueError):
+    """A preset or override names an unknown key or holds a bad value."""
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Per-request sampling for autoregressive families."""
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    top_k: int = 50
+    repetition_penalty: float = 1.1
+    max_tokens: int = 1200
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """One run of the lab: which model, where, in what precision, and how audio is streamed.
+
+    `decode_interval`, `overlap` and `crossfade_ms` shape streaming: the vocoder or codec is
+    decoded every `decode_interval` frames over a fixed window with `overlap` frames of context
+    on each side, and neighbouring chunks are blended over `crossfade_ms`.
+    """
+
+    family: str = "piper-vits"
+    model: str = "default"
+    weights: str = "real"
+    device: str = "auto"
+    dtype: str = "fp32"
+    quant: str = "none"
+    batch_size: int = 1
+    stream: bool = True
+    decode_interval: int = 24
+    overlap: int = 12
+    crossfade_ms: float = 4.0
+    compile: str = "none"
+    cuda_graphs: bool = False
+    kv_cache: str = "static"
+    continuous_batching: bool = True
+    seed: int = 0
+    noise_scale: float | None = None
+    length_scale: float | None = None
+    noise_w: float | None = None
+    max_chars: int = 5000
+    voice: str = "tara"
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    def __post_init__(self) -> None:
+        for name, choices in CHOICES.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise ConfigError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
+        _check_positive(self, "batch_size", "decode_interval", "max_chars")
+        if self.overlap < 0:
+            raise ConfigError(f"overlap={self.overlap} must be >= 0")
+        if self.crossfade_ms < 0:
+            raise ConfigError(f"crossfade_ms={self.crossfade_ms} must be >= 0")
+
+    def replace(self, **changes: object) -> PipelineConfig:
+        """A copy with some fields changed, validated like a preset."""
+        return from_dict({**to_dict(self), **changes})
+
+
+def _check_positive(cfg: PipelineConfig, *names: str) -> None:
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 1")
+
+
+def _coerce(name: str, hint: object, value: object) -> object:
+    """Check one YAML value against its field type, naming the field when it does not fit."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping of {_names(hint)}")
+        return _build(hint, value, prefix=f"{name}.")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}={value!r} must be true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name}={value!r} must be an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name}={value!r} must be a number")
+        return float(value)
+    if hint is str and not isinstance(value, str):
+        raise ConfigError(f"{name}={value!r} must be a string")
+    return value
+
+
+def _names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
+
+
+def _build(cls: type, data: dict, prefix: str = "") -> object:
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        raise ConfigError(
+            f"unknown key {prefix + unknown[0]!r}; valid keys are {_names(cls)}"
+        )
+    kwargs = {k: _coerce(prefix + k, hints[k], v) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def from_dict(data: dict) -> PipelineConfig:
+    """Build a config from plain data, rejecting unknown keys and wrongly typed values."""
+    if not isinstance(data, dict):
+        raise ConfigError("a preset must be a mapping of config keys to values")
+    return _build(PipelineConfig, data)
+
+
+def to_dict(cfg: PipelineConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+def preset_path(name: str | Path) -> Path:
+    """A preset by file path or by bare name in the shipped `presets/` folder."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = PRESET_DIR / f"{name}.yaml"
+    if candidate.exists():
+        return candidate
+    raise ConfigError(f"preset {str(name)!r} not found; shipped presets are {list_presets()}")
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str | Path, **overrides: object) -> PipelineConfig:
+    """Read a YAML preset, apply overrides, and validate the result."""
+    path = preset_path(name)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"preset {path.name} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"preset {path.name} must be a mapping of config keys to values")
+    return from_dict({**data, **overrides})
