@@ -1,0 +1,100 @@
+"""Runs the Piper VITS voice for the pipeline: batched one-shot synthesis and windowed streaming.
+
+Sentences are the unit of work. Each sentence draws its noise from a generator seeded by
+(config seed, sentence position), so a sentence sounds the same whether it is synthesized alone
+or inside a padded batch, and a batch's output equals one-by-one synthesis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lab.config import PipelineConfig
+from lab.metrics.timers import StageTimer
+from lab.models.piper_voice import PiperVoice
+from lab.stream import Crossfader, plan_windows
+
+
+@dataclass(frozen=True)
+class NoiseScales:
+    noise: float
+    length: float
+    noise_w: float
+
+
+def scales_for(config: PipelineConfig, voice: PiperVoice) -> NoiseScales:
+    s = voice.settings
+    pick = lambda value, default: default if value is None else value  # noqa: E731
+    return NoiseScales(pick(config.noise_scale, s.noise_scale),
+                       pick(config.length_scale, s.length_scale),
+                       pick(config.noise_w, s.noise_w))
+
+
+class PiperBackend:
+    def __init__(self, voice: PiperVoice, config: PipelineConfig, device: torch.device) -> None:
+        self.voice = voice
+        self.model = voice.model
+        self.config = config
+        self.device = device
+        self.scales = scales_for(config, voice)
+        self.sample_rate = voice.settings.sample_rate
+        self.hop = self.model.hop_length
+        self.channels = self.model.hyper.channels
+
+    def _noise(self, seeds: list[int], shape: tuple[int, ...], lengths: list[int],
+               scale: float) -> torch.Tensor:
+        """Per-sentence noise [B, C, T], drawn on the CPU so every device hears the same take."""
+        out = torch.zeros(len(seeds), shape[0], max(lengths))
+        for row, (seed, length) in enumerate(zip(seeds, lengths, strict=True)):
+            gen = torch.Generator().manual_seed(seed)
+            out[row, :, :length] = torch.randn(shape[0], length, generator=gen) * scale
+        return out.to(self.device, self.model.dtype)
+
+    def latents(self, ids: list[list[int]], seeds: list[int], timer: StageTimer):
+        """Text ids -> latent frames for a padded batch of sentences."""
+        lengths = [len(x) for x in ids]
+        padded = torch.zeros(len(ids), max(lengths), dtype=torch.long)
+        for row, seq in enumerate(ids):
+            padded[row, : len(seq)] = torch.tensor(seq)
+        with torch.inference_mode():
+            with timer.stage("encode"):
+                hidden, mean, log_std, mask = self.model.encode(
+                    padded.to(self.device), torch.tensor(lengths, device=self.device))
+            with timer.stage("durations_flow"):
+                noise = self._noise(seeds, (2,), lengths, self.scales.noise_w)
+                frames = self.model.durations(hidden, mask, noise, self.scales.length)
+                n_frames = frames.sum(dim=1).clamp_min(1).tolist()
+                z_noise = self._noise([s + 1 for s in seeds], (self.channels,), n_frames,
+                                      self.scales.noise)
+                return self.model.latents(mean, log_std, frames, z_noise)
+
+    def synthesize(self, ids: list[list[int]], seeds: list[int],
+                   timer: StageTimer) -> list[np.ndarray]:
+        """One-shot: decode every sentence's latents at once; one array per sentence."""
+        latents = self.latents(ids, seeds, timer)
+        with torch.inference_mode(), timer.stage("vocoder"):
+            audio = self.model.vocode(latents.z, latents.mask)
+        with timer.stage("to_cpu"):
+            audio = audio.float().cpu().numpy()
+        lengths = (latents.lengths * self.hop).tolist()
+        return [audio[row, :n] for row, n in enumerate(lengths)]
+
+    def stream(self, ids: list[int], seed: int, timer: StageTimer) -> Iterator[np.ndarray]:
+        """One sentence, vocoded in fixed windows; yields final audio as soon as it exists."""
+        latents = self.latents([ids], [seed], timer)
+        n_frames = int(latents.lengths[0])
+        fade = round(self.config.crossfade_ms * self.sample_rate / 1000)
+        windows = plan_windows(n_frames, self.config.decode_interval, self.config.overlap,
+                               self.hop, fade)
+        joiner = Crossfader(fade)
+        for i, w in enumerate(windows):
+            with torch.inference_mode(), timer.stage("vocoder"):
+                z = latents.z[:, :, w.start : w.stop]
+                audio = self.model.vocode(z, latents.mask[:, :, w.start : w.stop])
+            with timer.stage("to_cpu"):
+                piece = audio[0, w.keep_from : w.keep_to].float().cpu().numpy()
+            yield joiner.push(piece, last=i == len(windows) - 1)

