@@ -62,12 +62,12 @@ def resolve_voice_file(source: str) -> Path:
         if not found:
             raise VoiceFileError(f"no .onnx voice file in directory {source}")
         return found[0]
-    if path.suffix == ".onnx":
-        if not path.exists():
-            raise VoiceFileError(f"voice file not found: {source}")
+    if path.exists() and path.suffix == ".onnx":
         return path
     if ":" in source and source.endswith(".onnx"):
         return _hub_voice_file(source)
+    if path.suffix == ".onnx":
+        raise VoiceFileError(f"voice file not found: {source}")
     raise VoiceFileError(
         f"unknown voice {source!r}: use 'default', a .onnx path, a directory, "
         "or 'hub_repo:path/voice.onnx'")

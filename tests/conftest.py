@@ -1,0 +1,17 @@
+"""Shared fixtures: the real embedded voice, loaded once per test session."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lab.config import PipelineConfig
+from lab.pipeline import Pipeline
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(scope="session")
+def voice_pipeline() -> Pipeline:
+    """The default voice on CPU, one-shot (no streaming)."""
+    return Pipeline(PipelineConfig(device="cpu", stream=False))

@@ -1,0 +1,60 @@
+"""Presets and overrides are validated against the typed config, naming what is wrong."""
+
+import pytest
+
+from lab.config import ConfigError, PipelineConfig, from_dict, list_presets, load_preset
+
+
+def test_every_shipped_preset_loads():
+    names = list_presets()
+    assert "cpu-default" in names
+    for name in names:
+        assert isinstance(load_preset(name), PipelineConfig)
+
+
+def test_unknown_key_names_itself_and_the_valid_keys():
+    with pytest.raises(ConfigError) as err:
+        from_dict({"dtyp": "bf16"})
+    assert "'dtyp'" in str(err.value) and "dtype" in str(err.value)
+
+
+def test_bad_choice_lists_the_valid_choices():
+    with pytest.raises(ConfigError, match=r"quant='int3'.*int8-weight"):
+        from_dict({"quant": "int3"})
+
+
+def test_wrong_types_are_rejected():
+    with pytest.raises(ConfigError, match="batch_size"):
+        from_dict({"batch_size": "four"})
+    with pytest.raises(ConfigError, match="stream"):
+        from_dict({"stream": "yes"})
+    with pytest.raises(ConfigError, match="batch_size=0"):
+        from_dict({"batch_size": 0})
+
+
+def test_nested_sampling_keys_are_checked():
+    cfg = from_dict({"sampling": {"temperature": 0.9}})
+    assert cfg.sampling.temperature == 0.9 and cfg.sampling.top_k == 50
+    with pytest.raises(ConfigError, match="'sampling.temp'"):
+        from_dict({"sampling": {"temp": 1}})
+
+
+def test_invalid_preset_file_is_reported(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("dtype: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_preset(bad)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_preset(wrong)
+    with pytest.raises(ConfigError, match="not found"):
+        load_preset("no-such-preset")
+
+
+def test_replace_validates_and_leaves_the_original_intact():
+    cfg = PipelineConfig()
+    assert cfg.replace(dtype="bf16").dtype == "bf16"
+    with pytest.raises(ConfigError):
+        cfg.replace(dtype="fp64")
+    assert cfg.dtype == "fp32"
