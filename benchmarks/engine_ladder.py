@@ -139,7 +139,7 @@ def ladder(lm, args, device):
         gen = torch.Generator().manual_seed(batch)
         prompt = torch.randint(0, lm.cfg.vocab_size, (batch, args.prompt_len), generator=gen)
         prompt = prompt.to(device)
-        ref, base = None, None
+        tokens, base = {}, None
         for rung in rungs:
             try:
                 res, fallbacks = run_rung(rung, lm, hf, prompt, args)
@@ -147,15 +147,15 @@ def ladder(lm, args, device):
                 rows.append({"batch": batch, "rung": rung, "error": f"out of memory: {err}"})
                 _free()
                 continue
-            row = {**res.summary(), "rung": rung, "fallbacks": fallbacks}
-            if rung == RUNGS[2]:
-                ref = res.tokens
-            if ref is not None:
-                row["tokens_match_static_eager"] = bool(torch.equal(res.tokens, ref))
+            tokens[rung] = res.tokens
             base = base or (res.ms_per_step if rung == RUNGS[0] else None)
-            row["speedup_vs_transformers"] = base / res.ms_per_step if base else None
-            rows.append(row)
+            rows.append({**res.summary(), "rung": rung, "fallbacks": fallbacks,
+                         "speedup_vs_transformers": base / res.ms_per_step if base else None})
             _free()
+        ref = tokens.get(RUNGS[2])
+        for row in rows:
+            if row["batch"] == batch and ref is not None and row["rung"] in tokens:
+                row["tokens_match_static_eager"] = bool(torch.equal(tokens[row["rung"]], ref))
     del hf
     return rows
 

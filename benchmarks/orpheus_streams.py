@@ -45,6 +45,7 @@ from lab.models.snac_codec import (
 )
 
 REALTIME_TOKENS_PER_S = 7 * 24000 / 2048
+WINDOWS = [ORPHEUS_WINDOW, StreamWindow(2, 3, 3), StreamWindow(1, 2, 3), StreamWindow(1, 3, 3)]
 TEXTS = [
     "The quick brown fox jumps over the lazy dog near the riverbank.",
     "Please confirm your appointment for Tuesday at three in the afternoon.",
@@ -167,7 +168,7 @@ def snac_microbench(args, device: torch.device, batches: list[int], frames: int)
         for mode, codec in codecs.items():
             for _ in range(3):
                 out = codec.decode(codes)
-            ms = time_call(lambda c=codec: c.decode(codes), device, 5 if args.smoke else 20)
+            ms = time_call(lambda c=codec, x=codes: c.decode(x), device, 2 if args.smoke else 20)
             err = float((out - ref).norm() / ref.norm())
             rows.append({"streams": b, "snac": "eager" if mode == "none" else f"compile:{mode}",
                          "window_frames": frames, "ms_per_call": ms, "ms_per_chunk": ms / b,
@@ -179,7 +180,7 @@ def window_quality(args, device: torch.device, windows: list[StreamWindow]) -> l
     """SNR (dB) of streamed-and-joined audio against one decode of the whole utterance."""
     cfg = TINY_SNAC if args.smoke else SNAC_24KHZ
     codec = SnacCodec(build_snac(cfg), device=device, noise=False)
-    n_frames = 12 if args.smoke else 40
+    n_frames = 8 if args.smoke else 40
     codes = torch.randint(0, cfg["codebook_size"], (1, n_frames, 7),
                           generator=torch.Generator().manual_seed(0))
     ref = codec.decode(codes)[0].cpu()
@@ -248,6 +249,16 @@ def targets(rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    threads = torch.get_num_threads()
+    if args.smoke:
+        torch.set_num_threads(1)  # tiny shapes: more threads only add contention
+    try:
+        return run(args, argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> dict:
     command = "python benchmarks/orpheus_streams.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
@@ -268,10 +279,9 @@ def main(argv: list[str] | None = None) -> dict:
         "decode_mode": tts.engine.runner.decoder.mode, "max_len": max_len,
         "window": args.window, "snac_compile": args.snac_compile, "side_stream": args.side_stream,
         "streams": rows,
-        "snac": snac_microbench(args, device, [1, 16, 64] if not args.smoke else [1, 4],
+        "snac": snac_microbench(args, device, [1, 4] if args.smoke else [1, 16, 64],
                                 window.frames),
-        "windows": window_quality(args, device, [ORPHEUS_WINDOW, StreamWindow(1, 2, 3),
-                                                 StreamWindow(1, 3, 3), StreamWindow(2, 3, 3)]),
+        "windows": window_quality(args, device, WINDOWS[:2] if args.smoke else WINDOWS),
         "fallbacks": tts.engine.fallbacks + tts.codec.fallbacks,
     }
     result["targets"] = targets(rows)
