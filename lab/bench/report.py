@@ -1,0 +1,139 @@
+"""Write benchmark rows as JSON (for tools), CSV (for spreadsheets) and Markdown (for people).
+
+Every report carries how it was made, the command line, date, device and library versions,
+because a speed number without its machine and software cannot be compared with anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    json: Path
+    csv: Path
+    markdown: Path
+
+
+def device_name() -> str:
+    """The GPU's name when CUDA is usable, else the CPU with its core count."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    cpu = platform.processor() or platform.machine()
+    return f"cpu ({cpu}, {os.cpu_count()} cores)"
+
+
+def run_meta(**extra: object) -> dict:
+    """What a report needs to be reproduced; `extra` adds or overrides keys."""
+    return {
+        "command": shlex.join(sys.argv),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        **extra,
+    }
+
+
+def as_dicts(rows: Sequence[object]) -> list[dict]:
+    """Rows as plain dicts, from dataclasses (BenchRow) or mappings."""
+    out = []
+    for row in rows:
+        if dataclasses.is_dataclass(row) and not isinstance(row, type):
+            out.append(dataclasses.asdict(row))
+        elif isinstance(row, dict):
+            out.append(dict(row))
+        else:
+            raise ValueError(f"report rows must be dataclasses or dicts, got {type(row).__name__}")
+    return out
+
+
+def columns_of(rows: list[dict]) -> list[str]:
+    """Every key, in order of first appearance, so rows with extra keys lose nothing."""
+    return list(dict.fromkeys(key for row in rows for key in row))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if value == 0 or abs(value) >= 100:
+            return f"{value:.1f}"
+        return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(rows: Sequence[object], columns: Sequence[str] | None = None) -> str:
+    """A Markdown table; numbers right-aligned and rounded for reading, not for analysis."""
+    data = as_dicts(rows)
+    cols = list(columns) if columns is not None else columns_of(data)
+    if not cols:
+        return "_no rows_\n"
+    numeric = [
+        all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in data) for c in cols
+    ]
+    lines = [
+        "| " + " | ".join(cols) + " |",
+        "| " + " | ".join("---:" if num else "---" for num in numeric) + " |",
+    ]
+    lines += ["| " + " | ".join(_cell(r.get(c)) for c in cols) + " |" for r in data]
+    return "\n".join(lines) + "\n"
+
+
+def _check_stem(stem: str) -> None:
+    if not stem or stem != Path(stem).name or stem in (".", ".."):
+        raise ValueError(f"report stem {stem!r} must be a plain file name without folders")
+
+
+def write_report(
+    rows: Sequence[object],
+    out_dir: str | Path,
+    stem: str,
+    meta: dict | None = None,
+    title: str | None = None,
+) -> ReportPaths:
+    """Write `<stem>.json`, `<stem>.csv` and `<stem>.md` under `out_dir`.
+
+    `meta` is merged over `run_meta()`, so callers add what they know (preset, text set)
+    and the command line, date, device and versions are always there.
+    """
+    _check_stem(stem)
+    data = as_dicts(rows)
+    info = {**run_meta(), **(meta or {})}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = ReportPaths(out / f"{stem}.json", out / f"{stem}.csv", out / f"{stem}.md")
+    paths.json.write_text(json.dumps({"meta": info, "rows": data}, indent=2, default=str) + "\n")
+    _write_csv(paths.csv, data)
+    paths.markdown.write_text(_markdown(title or stem, info, data))
+    return paths
+
+
+def _write_csv(path: Path, data: list[dict]) -> None:
+    cols = columns_of(data)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=cols, restval="")
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in data)
+
+
+def _markdown(title: str, info: dict, data: list[dict]) -> str:
+    meta_lines = [f"- **{key}**: `{value}`" for key, value in info.items()]
+    return "\n".join([f"# {title}", "", *meta_lines, "", markdown_table(data)])

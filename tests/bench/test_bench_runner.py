@@ -1,0 +1,177 @@
+"""Runner arithmetic, checked against a small convolution 'voice'.
+
+`ConvVoice` is a test double of the pipeline *interface* (synthesize_batch + config and the
+contract's Synthesis/SynthesisMetrics fields), not of the real voice: it does real torch work
+(a convolution over a sine whose length follows the text) plus a fixed sleep per call, so
+the runner's wall time, latency and audio arithmetic have known lower bounds and exact sums.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+
+from lab.bench.runner import BenchError, BenchRow, config_label, run_text_set
+from lab.bench.sweep import Sweep, runner_measure
+from lab.config import PipelineConfig
+from lab.metrics.events import events
+
+SR = 16_000
+SECONDS_PER_CHAR = 0.01
+CALL_SLEEP_S = 0.01
+
+
+@dataclass
+class ToyMetrics:
+    stages: dict
+    ttfb_ms: float | None
+    total_ms: float
+    audio_seconds: float
+    rtf: float
+    audio_seconds_per_second: float
+    peak_memory_mb: float | None
+    tokens_per_second: float | None = None
+
+
+@dataclass
+class ToySynthesis:
+    audio: np.ndarray
+    sample_rate: int
+    text: str
+    metrics: ToyMetrics
+    fallbacks: list = field(default_factory=list)
+
+
+class ConvVoice:
+    def __init__(self, config: PipelineConfig, ttfb: bool = True, extra: int = 0):
+        self.config = config
+        self.sample_rate = SR
+        self.calls: list[int] = []
+        self.ttfb = ttfb
+        self.extra = extra
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv1d(1, 1, 15, padding=7)
+
+    def synthesize_batch(self, texts: list[str]) -> list[ToySynthesis]:
+        start = time.perf_counter()
+        self.calls.append(len(texts))
+        n = max(round(len(t) * SECONDS_PER_CHAR * SR) for t in texts)
+        phase = torch.arange(n, dtype=torch.float32) * (2 * math.pi * 220 / SR)
+        with torch.no_grad():
+            audio = torch.tanh(self.conv(torch.sin(phase).expand(len(texts), 1, n)))[:, 0]
+        time.sleep(CALL_SLEEP_S)
+        total_ms = (time.perf_counter() - start) * 1e3
+        out = []
+        for i, text in enumerate(texts):
+            samples = round(len(text) * SECONDS_PER_CHAR * SR)
+            secs = samples / SR
+            metrics = ToyMetrics(
+                stages={"vocoder": total_ms},
+                ttfb_ms=total_ms / 2 if self.ttfb else None,
+                total_ms=total_ms,
+                audio_seconds=secs,
+                rtf=total_ms / 1e3 / secs,
+                audio_seconds_per_second=secs / (total_ms / 1e3),
+                peak_memory_mb=10.0 * len(texts),
+            )
+            notes = ["compile failed: toy; ran eager"] if i == 0 else []
+            out.append(ToySynthesis(audio[i, :samples].numpy(), SR, text, metrics, notes))
+        return out + out[: self.extra]
+
+
+TEXTS = ["Hello there.", "A somewhat longer sentence.", "Short.", "Fourth one here.", "Five."]
+
+
+def test_rows_per_batch_size_with_exact_sums():
+    made = {}
+
+    def make(batch_size):
+        made[batch_size] = ConvVoice(PipelineConfig(batch_size=batch_size, weights="dummy"))
+        return made[batch_size]
+
+    rows = run_text_set(make, TEXTS, [1, 2], repeats=2, warmup=1, progress=False)
+    assert [r.batch_size for r in rows] == [1, 2]
+    assert made[1].calls == [1] + [1] * 5 * 2
+    assert made[2].calls == [2] + [2, 2, 1] * 2
+    audio = sum(round(len(t) * SECONDS_PER_CHAR * SR) for t in TEXTS) / SR
+    for row in rows:
+        assert isinstance(row, BenchRow)
+        assert row.n_texts == 5 and row.repeats == 2
+        assert row.audio_s == pytest.approx(audio)
+        assert row.rtf == pytest.approx(row.wall_s / row.audio_s)
+        assert row.audio_s_per_s == pytest.approx(1 / row.rtf)
+        assert row.latency_p50_ms >= CALL_SLEEP_S * 1e3
+        assert row.latency_p95_ms >= row.latency_p50_ms
+        assert 0 < row.ttfb_p50_ms <= row.latency_p50_ms
+        assert row.fallbacks == "compile failed: toy; ran eager"
+        assert "dummy-weights" in row.config and "fp32" in row.config
+    assert rows[0].wall_s >= 5 * CALL_SLEEP_S
+    assert rows[0].peak_memory_mb == 10.0 and rows[1].peak_memory_mb == 20.0
+
+
+def test_missing_ttfb_reads_none_and_event_is_recorded():
+    before = len(events.recent(kind="bench"))
+    rows = run_text_set(
+        lambda b: ConvVoice(PipelineConfig(batch_size=b), ttfb=False),
+        TEXTS[:2],
+        [2],
+        warmup=0,
+        progress=False,
+    )
+    assert rows[0].ttfb_p50_ms is None and rows[0].ttfb_p95_ms is None
+    recent = events.recent(kind="bench")
+    assert len(recent) == before + 1 and recent[-1]["batch_size"] == 2
+
+
+def test_bad_inputs_fail_before_any_pipeline_is_built():
+    built = []
+
+    def make(b):
+        built.append(b)
+        return ConvVoice(PipelineConfig(batch_size=b))
+
+    for kwargs, match in [
+        ({"texts": [], "batch_sizes": [1]}, "empty"),
+        ({"texts": TEXTS, "batch_sizes": []}, "no batch sizes"),
+        ({"texts": TEXTS, "batch_sizes": [0, 2]}, "integers >= 1"),
+        ({"texts": TEXTS, "batch_sizes": [1], "repeats": 0}, "repeats"),
+        ({"texts": TEXTS, "batch_sizes": [1], "warmup": -1}, "warmup"),
+    ]:
+        with pytest.raises(BenchError, match=match):
+            run_text_set(make, progress=False, **kwargs)
+    assert built == []
+
+
+def test_wrong_result_count_is_reported():
+    with pytest.raises(BenchError, match="returned 3 results for 2 texts"):
+        run_text_set(
+            lambda b: ConvVoice(PipelineConfig(batch_size=b), extra=1),
+            TEXTS[:2],
+            [2],
+            warmup=0,
+            progress=False,
+        )
+
+
+def test_config_label_shows_changed_speed_knobs():
+    cfg = PipelineConfig(dtype="bf16", quant="int8-weight", compile="default", cuda_graphs=True)
+    label = config_label(cfg)
+    assert label.startswith("piper-vits:default bf16 auto")
+    assert "int8-weight" in label and "compile=default" in label and "cuda-graphs" in label
+
+
+def test_runner_measure_plugs_the_runner_into_a_sweep():
+    sweep = Sweep(
+        "batch_size",
+        [1, 3],
+        PipelineConfig(),
+        TEXTS,
+        runner_measure(ConvVoice, warmup=0),
+    )
+    result = sweep.run()
+    rows = result.rows()
+    assert [(r["value"], r["batch_size"]) for r in rows] == [(1, 1), (3, 3)]
+    assert all(r["rtf"] > 0 for r in rows)
