@@ -52,11 +52,13 @@ def parse_args(argv):
     p.add_argument("--quants", nargs="+",
                    default=["none", "int8-weight", "int8-dynamic", "int4-weight", "fp8"])
     p.add_argument("--quant-batches", type=int, nargs="+", default=[1, 64])
-    p.add_argument("--compile", nargs="*", default=["none:max-autotune-no-cudagraphs",
-                                                    "int8-weight:max-autotune-no-cudagraphs"],
+    p.add_argument("--compile", nargs="*",
+                   default=["int8-weight:default", "none:default", "int8-dynamic:default",
+                            "int8-weight:max-autotune-no-cudagraphs"],
                    help="QUANT:MODE pairs timed at --compile-batches through torch.compile")
     p.add_argument("--compile-batches", type=int, nargs="+", default=[1])
-    p.add_argument("--budget-s", type=float, default=360.0, help="skip compile runs past this")
+    p.add_argument("--budget-s", type=float, default=240.0,
+                   help="start no compile run once the script has run this long")
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--smoke", action="store_true", help="tiny shape on CPU in seconds")
@@ -194,7 +196,7 @@ def quality(lm, probe, ref):
     return ref, rel, (out.argmax(-1) == ref.argmax(-1)).float().mean().item()
 
 
-def precision(args, device, bandwidth):
+def precision(args, device, bandwidth, start, save):
     rows, ref = [], None
     vocab = LM_SHAPES[args.shape].vocab_size
     probe = torch.randint(0, vocab, (1, 64), generator=torch.Generator().manual_seed(0))
@@ -203,8 +205,8 @@ def precision(args, device, bandwidth):
     for pair in args.compile:
         quant, mode = pair.split(":")
         compile_runs.setdefault(quant, []).append(mode)
-    start = time.perf_counter()
     for quant in tqdm(args.quants, desc="precision", file=sys.stdout):
+        torch._dynamo.reset()
         lm, _ = load_lm("dummy", shape=args.shape, dtype=args.dtype, device=device)
         res = apply_precision(lm, args.dtype, quant, device)
         ref, rel, top1 = quality(lm, probe, ref)
@@ -232,7 +234,8 @@ def precision(args, device, bandwidth):
             except Exception as err:
                 row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
             rows.append(row)
-            del dec
+            save(rows)
+            dec = None
             _free()
         del lm
         _free()
@@ -243,33 +246,43 @@ def _fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
 
 
-def to_markdown(report) -> str:
-    lines = [f"Command: `{report['command']}`", "",
-             f"Device: {report['device']}; torch {report['torch']}, transformers "
-             f"{report['transformers']}, torchao {report['torchao']}; shape {report['shape']} "
-             f"({report['dtype']}, dummy weights: speed only)", ""]
-    if report.get("floor_ms"):
-        lines += [f"Weight-streaming floor at batch 1: {report['streamed_GB']:.2f} GB / "
-                  f"{report['bandwidth_GBps']:.0f} GB/s = {report['floor_ms']:.2f} ms/step", ""]
-    lines += ["## Decode ladder", "", "| batch | rung | ms/step | tokens/s | x transformers | "
-              "tokens = static eager | notes |", "|---|---|---|---|---|---|---|"]
+def _ladder_md(report) -> list[str]:
+    lines = ["## Decode ladder", "", "| batch | rung | ms/step | tokens/s | x transformers | "
+             "tokens = static eager | notes |", "|---" * 7 + "|"]
     for r in report["ladder"]:
         notes = r.get("error") or "; ".join(r.get("fallbacks", []))
         lines.append(f"| {r['batch']} | {r['rung']} | {_fmt(r.get('ms_per_step'))} | "
                      f"{_fmt(r.get('tokens_per_second'), '.0f')} | "
                      f"{_fmt(r.get('speedup_vs_transformers'), '.1f')} | "
                      f"{r.get('tokens_match_static_eager', '-')} | {notes} |")
-    nc = report["nocache"]
-    lines += ["", "## No cache: each step recomputes the prefix", "",
-              "| context | ms/step |", "|---|---|"]
+    return lines
+
+
+def _nocache_md(nc) -> list[str]:
+    if not nc:
+        return []
+    lines = ["", "## No cache: each step recomputes the prefix (batch 1)", "",
+             "| context | ms/step |", "|---|---|"]
     lines += [f"| {r['context']} | {r['ms_per_step']:.2f} |" for r in nc["rows"]]
-    lines += ["", f"Fitted exponent (ms ~ context^k): k = {nc['exponent_all']:.2f} over all "
-              f"lengths, {nc['exponent_upper_half']:.2f} over the longer half. A whole "
-              "generation of n tokens costs about n^(1+k).", "",
-              "## Precision (decode step, static cache)", "",
-              "| quant | applied | decode | batch | weight GB | streamed GB | ms/step | tokens/s |"
-              " GB/s | rel err | top-1 | notes |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in report["precision"]:
+    return lines + ["", f"Fitted exponent (ms ~ context^k): k = {nc['exponent_all']:.2f} over "
+                    f"all lengths, {nc['exponent_upper_half']:.2f} over the longer half. A whole "
+                    "generation of n tokens without a cache costs about n^(1+k)."]
+
+
+def _profile_md(prof) -> list[str]:
+    if not prof:
+        return []
+    lines = ["", "## Where an eager batch-1 step goes (GPU kernels, profiler)", "",
+             f"{prof['launches_per_step']} kernel launches, {prof['kernel_ms_per_step']:.2f} ms of "
+             "kernel time per step.", "", "| kernel | calls/step | ms/step |", "|---|---|---|"]
+    return lines + [f"| `{k['kernel']}` | {k['calls']} | {k['ms']:.3f} |" for k in prof["top"]]
+
+
+def _precision_md(rows) -> list[str]:
+    lines = ["", "## Precision (decode step, static cache)", "",
+             "| quant | applied | decode | batch | weight GB | streamed GB | ms/step | tokens/s |"
+             " GB/s | rel err | top-1 | notes |", "|---" * 12 + "|"]
+    for r in rows:
         notes = r.get("error") or "; ".join(r["fallbacks"] + r.get("decode_fallbacks", []))
         if r["skipped"]:
             notes += f" {len(r['skipped'])} linear(s) kept unquantized, e.g. {r['skipped'][0]}"
@@ -279,7 +292,20 @@ def to_markdown(report) -> str:
             f"{_fmt(r.get('ms_per_step'))} | {_fmt(r.get('tokens_per_second'), '.0f')} | "
             f"{_fmt(r.get('achieved_GBps'), '.0f')} | {_fmt(r['rel_err_vs_base'], '.3f')} | "
             f"{_fmt(r['top1_vs_base'])} | {notes} |")
-    lines += ["", "## Targets", ""] + [f"- {t}" for t in report["targets"]]
+    return lines
+
+
+def to_markdown(report) -> str:
+    lines = [f"Command: `{report['command']}`", "",
+             f"Device: {report['device']}; torch {report['torch']}, transformers "
+             f"{report['transformers']}, torchao {report['torchao']}; shape {report['shape']} "
+             f"({report['dtype']}, dummy weights: speed only)", ""]
+    if report.get("floor_ms"):
+        lines += [f"Weight-streaming floor at batch 1: {report['streamed_GB']:.2f} GB / "
+                  f"{report['bandwidth_GBps']:.0f} GB/s = {report['floor_ms']:.2f} ms/step", ""]
+    lines += _ladder_md(report) + _nocache_md(report["nocache"]) + _profile_md(report["profile"])
+    lines += _precision_md(report["precision"])
+    lines += ["", "## Targets", ""] + [f"- {t}" for t in report.get("targets", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -298,17 +324,68 @@ def targets(report):
     return out
 
 
+def profile_step(lm, args, device):
+    """GPU kernels of one eager batch-1 decode step, heaviest first: where the time goes."""
+    if device.type != "cuda":
+        return {}
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg, w = lm.cfg, lm.embed.weight
+    cache = StaticKVCache(cfg.n_layers, 1, args.max_len, cfg.n_kv_heads, cfg.head_dim, w.dtype,
+                          device)
+    tok = torch.zeros(1, 1, dtype=torch.long, device=device)
+    pos = torch.full((1, 1), args.prompt_len, device=device)
+    reps = 5
+    with torch.inference_mode():
+        lm(tok, pos, cache)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                lm(tok, pos, cache)
+            _sync(device)
+    kernels = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            kernels.append({"kernel": e.key[:90], "calls": e.count // reps, "ms": us / reps / 1e3})
+    kernels.sort(key=lambda k: -k["ms"])
+    return {"kernel_ms_per_step": sum(k["ms"] for k in kernels),
+            "launches_per_step": sum(k["calls"] for k in kernels), "top": kernels[:12]}
+
+
+def _command(argv) -> str:
+    """The run's command, with the output folder named as the repository's, not the machine's."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--out":
+            skip = True
+            continue
+        kept.append(a)
+    return " ".join(["python", "benchmarks/engine_ladder.py", *kept])
+
+
 def main(argv=None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    start = time.perf_counter()
     device = torch.device(args.device)
     import torchao
     import transformers
 
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "engine_ladder_smoke" if args.smoke else "engine_ladder"
+
+    def save(report):
+        (out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str))
+        (out / f"{stem}.md").write_text(to_markdown(report))
+
     lm, cfg = load_lm("dummy", shape=args.shape, dtype=args.dtype, device=device)
     bandwidth = copy_bandwidth(device)
     report = {
-        "command": " ".join(["python", "benchmarks/engine_ladder.py", *argv]),
+        "command": _command(argv),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else f"CPU ({platform.processor() or platform.machine()})",
         "torch": torch.__version__, "transformers": transformers.__version__,
@@ -316,21 +393,25 @@ def main(argv=None) -> dict:
         "streamed_GB": streamed_bytes(lm) / 1e9,
         "bandwidth_GBps": bandwidth / 1e9 if bandwidth else None,
         "floor_ms": streamed_bytes(lm) / bandwidth * 1e3 if bandwidth else None,
-        "args": vars(args),
+        "args": vars(args), "ladder": [], "nocache": None, "profile": {}, "precision": [],
     }
     report["ladder"] = ladder(lm, args, device)
+    report["targets"] = targets(report)
+    save(report)
     report["nocache"] = nocache_growth(lm, args, device)
+    report["profile"] = profile_step(lm, args, device)
+    save(report)
     del lm
     _free()
-    report["precision"] = precision(args, device, bandwidth)
-    report["targets"] = targets(report)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "engine_ladder_smoke" if args.smoke else "engine_ladder"
-    markdown = to_markdown(report)
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / f"{stem}.md").write_text(markdown)
-    print(markdown)
+
+    def save_rows(rows):
+        report["precision"] = rows
+        save(report)
+
+    report["precision"] = precision(args, device, bandwidth, start, save_rows)
+    report["elapsed_s"] = time.perf_counter() - start
+    save(report)
+    print(to_markdown(report))
     return report
 
 

@@ -26,7 +26,10 @@ from lab.quality.text_compare import (
         ("Agent 007", "agent zero zero seven"),
         ("It fell to -5 today", "it fell to minus five today"),
         ("a well-known fact", "a well known fact"),
-        ("It costs $3.50 at 7:45 pm.", "it costs three dollars and fifty cents at seven forty five pm"),
+        (
+            "It costs $3.50 at 7:45 pm.",
+            "it costs three dollars and fifty cents at seven forty five pm",
+        ),
         ("pages 10-20", "pages ten twenty"),
         ("Don't say 'maybe'", "don't say maybe"),
         ("It\u2019s  fine\n\tthanks", "it's fine thanks"),

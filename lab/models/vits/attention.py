@@ -55,8 +55,9 @@ class RelativeAttention(nn.Module):
         scores = scores.masked_fill(pair_mask == 0, -1e4)
         weights = torch.softmax(scores, dim=-1)
         out = weights @ v
-        by_offset = torch.zeros(b, self.n_heads, t, 2 * self.window + 2, dtype=weights.dtype,
-                                device=x.device)
+        by_offset = torch.zeros(
+            b, self.n_heads, t, 2 * self.window + 2, dtype=weights.dtype, device=x.device
+        )
         by_offset.scatter_add_(-1, index.expand(b, self.n_heads, t, t), weights)
         out = out + by_offset @ rel_v
         out = out.transpose(2, 3).reshape(b, c, t)

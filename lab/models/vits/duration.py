@@ -20,9 +20,16 @@ class DilatedDepthSeparableConv(nn.Module):
         self.convs_sep = nn.ModuleList()
         for i in range(n_layers):
             dilation = kernel_size**i
-            self.convs_sep.append(nn.Conv1d(channels, channels, kernel_size, groups=channels,
-                                            dilation=dilation,
-                                            padding=(kernel_size * dilation - dilation) // 2))
+            self.convs_sep.append(
+                nn.Conv1d(
+                    channels,
+                    channels,
+                    kernel_size,
+                    groups=channels,
+                    dilation=dilation,
+                    padding=(kernel_size * dilation - dilation) // 2,
+                )
+            )
         self.convs_1x1 = nn.ModuleList(nn.Conv1d(channels, channels, 1) for _ in range(n_layers))
         self.norms_1 = nn.ModuleList(ChannelNorm(channels) for _ in range(n_layers))
         self.norms_2 = nn.ModuleList(ChannelNorm(channels) for _ in range(n_layers))
@@ -41,8 +48,14 @@ class DilatedDepthSeparableConv(nn.Module):
 class ConvFlow(nn.Module):
     """Coupling layer whose second half is warped by a spline predicted from the first half."""
 
-    def __init__(self, channels: int = 192, kernel_size: int = 3, n_layers: int = 3,
-                 n_bins: int = 10, tail_bound: float = 5.0) -> None:
+    def __init__(
+        self,
+        channels: int = 192,
+        kernel_size: int = 3,
+        n_layers: int = 3,
+        n_bins: int = 10,
+        tail_bound: float = 5.0,
+    ) -> None:
         super().__init__()
         self.n_bins = n_bins
         self.tail_bound = tail_bound

@@ -18,18 +18,28 @@ class WaveNet(nn.Module):
         self.res_skip_layers = nn.ModuleList()
         for i in range(n_layers):
             dilation = dilation_rate**i
-            self.in_layers.append(nn.Conv1d(channels, 2 * channels, kernel_size, dilation=dilation,
-                                            padding=same_padding(kernel_size, dilation)))
+            self.in_layers.append(
+                nn.Conv1d(
+                    channels,
+                    2 * channels,
+                    kernel_size,
+                    dilation=dilation,
+                    padding=same_padding(kernel_size, dilation),
+                )
+            )
             out = 2 * channels if i < n_layers - 1 else channels
             self.res_skip_layers.append(nn.Conv1d(channels, out, 1))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         skip = torch.zeros_like(x)
         last = len(self.in_layers) - 1
-        for i, (conv, res_skip) in enumerate(zip(self.in_layers, self.res_skip_layers,
-                                                 strict=True)):
+        for i, (conv, res_skip) in enumerate(
+            zip(self.in_layers, self.res_skip_layers, strict=True)
+        ):
             h = conv(x)
-            acts = res_skip(torch.tanh(h[:, : self.channels]) * torch.sigmoid(h[:, self.channels :]))
+            acts = res_skip(
+                torch.tanh(h[:, : self.channels]) * torch.sigmoid(h[:, self.channels :])
+            )
             if i < last:
                 x = (x + acts[:, : self.channels]) * mask
                 skip = skip + acts[:, self.channels :]
@@ -41,8 +51,9 @@ class WaveNet(nn.Module):
 class CouplingLayer(nn.Module):
     """Mean-only affine coupling: the second half is shifted by a WaveNet of the first half."""
 
-    def __init__(self, channels: int, hidden: int, kernel_size: int, dilation_rate: int,
-                 n_layers: int) -> None:
+    def __init__(
+        self, channels: int, hidden: int, kernel_size: int, dilation_rate: int, n_layers: int
+    ) -> None:
         super().__init__()
         self.half = channels // 2
         self.pre = nn.Conv1d(self.half, hidden, 1)
@@ -58,13 +69,22 @@ class CouplingLayer(nn.Module):
 class ResidualCouplingFlow(nn.Module):
     """Coupling layers interleaved with channel flips; names match the trained layout (0, 2, 4, 6)."""
 
-    def __init__(self, channels: int = 192, hidden: int = 192, kernel_size: int = 5,
-                 dilation_rate: int = 1, n_layers: int = 4, n_flows: int = 4) -> None:
+    def __init__(
+        self,
+        channels: int = 192,
+        hidden: int = 192,
+        kernel_size: int = 5,
+        dilation_rate: int = 1,
+        n_layers: int = 4,
+        n_flows: int = 4,
+    ) -> None:
         super().__init__()
-        self.flows = nn.ModuleDict({
-            str(2 * i): CouplingLayer(channels, hidden, kernel_size, dilation_rate, n_layers)
-            for i in range(n_flows)
-        })
+        self.flows = nn.ModuleDict(
+            {
+                str(2 * i): CouplingLayer(channels, hidden, kernel_size, dilation_rate, n_layers)
+                for i in range(n_flows)
+            }
+        )
 
     def inverse(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         for key in sorted(self.flows, key=int, reverse=True):

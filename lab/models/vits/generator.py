@@ -22,9 +22,11 @@ class ResBlock(nn.Module):
     def __init__(self, channels: int, kernel_size: int, dilations: tuple[int, int]) -> None:
         super().__init__()
         self.convs = nn.ModuleList(
-            nn.Conv1d(channels, channels, kernel_size, dilation=d,
-                      padding=same_padding(kernel_size, d))
-            for d in dilations)
+            nn.Conv1d(
+                channels, channels, kernel_size, dilation=d, padding=same_padding(kernel_size, d)
+            )
+            for d in dilations
+        )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         for conv in self.convs:
@@ -33,11 +35,15 @@ class ResBlock(nn.Module):
 
 
 class Generator(nn.Module):
-    def __init__(self, in_channels: int = 192, channels: int = 256,
-                 upsample_rates: tuple[int, ...] = (8, 8, 4),
-                 upsample_kernels: tuple[int, ...] = (16, 16, 8),
-                 resblock_kernels: tuple[int, ...] = (3, 5, 7),
-                 resblock_dilations: tuple[tuple[int, int], ...] = ((1, 2), (2, 6), (3, 12))) -> None:
+    def __init__(
+        self,
+        in_channels: int = 192,
+        channels: int = 256,
+        upsample_rates: tuple[int, ...] = (8, 8, 4),
+        upsample_kernels: tuple[int, ...] = (16, 16, 8),
+        resblock_kernels: tuple[int, ...] = (3, 5, 7),
+        resblock_dilations: tuple[tuple[int, int], ...] = ((1, 2), (2, 6), (3, 12)),
+    ) -> None:
         super().__init__()
         self.upsample_rates = upsample_rates
         self.n_kernels = len(resblock_kernels)
@@ -46,10 +52,14 @@ class Generator(nn.Module):
         self.resblocks = nn.ModuleList()
         for i, (rate, kernel) in enumerate(zip(upsample_rates, upsample_kernels, strict=True)):
             c_in, c_out = channels // 2**i, channels // 2 ** (i + 1)
-            self.ups.append(nn.ConvTranspose1d(c_in, c_out, kernel, rate, padding=(kernel - rate) // 2))
+            self.ups.append(
+                nn.ConvTranspose1d(c_in, c_out, kernel, rate, padding=(kernel - rate) // 2)
+            )
             for k, d in zip(resblock_kernels, resblock_dilations, strict=True):
                 self.resblocks.append(ResBlock(c_out, k, d))
-        self.conv_post = nn.Conv1d(channels // 2 ** len(upsample_rates), 1, 7, padding=3, bias=False)
+        self.conv_post = nn.Conv1d(
+            channels // 2 ** len(upsample_rates), 1, 7, padding=3, bias=False
+        )
 
     @property
     def hop_length(self) -> int:

@@ -59,6 +59,7 @@ def load_onnx_weights(module: nn.Module, path: Path) -> None:
         array = source[name]
         if tuple(array.shape) != tuple(current.shape):
             raise VoiceFileError(
-                f"{path.name}: {name} has shape {tuple(array.shape)}, expected {tuple(current.shape)}")
+                f"{path.name}: {name} has shape {tuple(array.shape)}, expected {tuple(current.shape)}"
+            )
         loaded[name] = torch.from_numpy(np.array(array, dtype=np.float32))
     module.load_state_dict(loaded)

@@ -20,8 +20,14 @@ def _knots(unnormalized: torch.Tensor, bound: float) -> tuple[torch.Tensor, torc
     n_bins = unnormalized.shape[-1]
     sizes = MIN_BIN + (1 - MIN_BIN * n_bins) * torch.softmax(unnormalized, dim=-1)
     knots = F.pad(torch.cumsum(sizes, dim=-1), (1, 0)) * 2 * bound - bound
-    knots = torch.cat([torch.full_like(knots[..., :1], -bound), knots[..., 1:-1],
-                       torch.full_like(knots[..., :1], bound)], dim=-1)
+    knots = torch.cat(
+        [
+            torch.full_like(knots[..., :1], -bound),
+            knots[..., 1:-1],
+            torch.full_like(knots[..., :1], bound),
+        ],
+        dim=-1,
+    )
     return knots, knots[..., 1:] - knots[..., :-1]
 
 
@@ -29,8 +35,13 @@ def _pick(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return values.gather(-1, index)[..., 0]
 
 
-def inverse_spline(y: torch.Tensor, widths: torch.Tensor, heights: torch.Tensor,
-                   derivatives: torch.Tensor, bound: float) -> torch.Tensor:
+def inverse_spline(
+    y: torch.Tensor,
+    widths: torch.Tensor,
+    heights: torch.Tensor,
+    derivatives: torch.Tensor,
+    bound: float,
+) -> torch.Tensor:
     """Map y back through the spline; values outside [-bound, bound] pass through unchanged."""
     inside = (y >= -bound) & (y <= bound)
     edge = math.log(math.exp(1 - MIN_DERIVATIVE) - 1)
@@ -42,7 +53,8 @@ def inverse_spline(y: torch.Tensor, widths: torch.Tensor, heights: torch.Tensor,
     search[..., -1] += 1e-6
     yc = y.clamp(-bound, bound)
     index = (torch.sum(yc[..., None] >= search, dim=-1, keepdim=True) - 1).clamp(
-        0, widths.shape[-1] - 1)
+        0, widths.shape[-1] - 1
+    )
     x0, w = _pick(x_knots, index), _pick(bin_w, index)
     y0, h = _pick(y_knots, index), _pick(bin_h, index)
     d0, d1 = _pick(slopes, index), _pick(slopes[..., 1:], index)

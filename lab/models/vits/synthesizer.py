@@ -46,12 +46,14 @@ class Synthesizer(nn.Module):
     def __init__(self, hyper: VitsHyper = VitsHyper()) -> None:
         super().__init__()
         self.hyper = hyper
-        self.enc_p = TextEncoder(hyper.n_symbols, hyper.channels, hyper.ffn_hidden, hyper.n_heads,
-                                 hyper.n_layers)
+        self.enc_p = TextEncoder(
+            hyper.n_symbols, hyper.channels, hyper.ffn_hidden, hyper.n_heads, hyper.n_layers
+        )
         self.dp = DurationPredictor(hyper.channels)
         self.flow = ResidualCouplingFlow(hyper.channels, hyper.channels)
-        self.dec = Generator(hyper.channels, hyper.decoder_channels, hyper.upsample_rates,
-                             hyper.upsample_kernels)
+        self.dec = Generator(
+            hyper.channels, hyper.decoder_channels, hyper.upsample_rates, hyper.upsample_kernels
+        )
 
     @property
     def hop_length(self) -> int:
@@ -66,14 +68,20 @@ class Synthesizer(nn.Module):
         hidden, mean, log_std = self.enc_p(ids, mask)
         return hidden, mean, log_std, mask
 
-    def durations(self, hidden: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor,
-                  length_scale: float) -> torch.Tensor:
+    def durations(
+        self, hidden: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor, length_scale: float
+    ) -> torch.Tensor:
         """Integer frames per phoneme, from noise [B, 2, T] already scaled by noise_w."""
         log_w = self.dp(hidden, mask, noise)
         return torch.ceil(torch.exp(log_w) * mask * length_scale)[:, 0].long()
 
-    def latents(self, mean: torch.Tensor, log_std: torch.Tensor, durations: torch.Tensor,
-                noise: torch.Tensor) -> Latents:
+    def latents(
+        self,
+        mean: torch.Tensor,
+        log_std: torch.Tensor,
+        durations: torch.Tensor,
+        noise: torch.Tensor,
+    ) -> Latents:
         """Expand phoneme priors to frames, sample with noise [B, C, T_frames], run the flow back."""
         lengths = durations.sum(dim=1).clamp_min(1)
         mask = sequence_mask(lengths).unsqueeze(1).to(mean.dtype)

@@ -25,20 +25,24 @@ class FeedForward(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, channels: int, hidden: int, n_heads: int, n_layers: int, kernel_size: int,
-                 window: int) -> None:
+    def __init__(
+        self, channels: int, hidden: int, n_heads: int, n_layers: int, kernel_size: int, window: int
+    ) -> None:
         super().__init__()
         self.attn_layers = nn.ModuleList(
-            RelativeAttention(channels, n_heads, window) for _ in range(n_layers))
+            RelativeAttention(channels, n_heads, window) for _ in range(n_layers)
+        )
         self.norm_layers_1 = nn.ModuleList(ChannelNorm(channels) for _ in range(n_layers))
         self.ffn_layers = nn.ModuleList(
-            FeedForward(channels, hidden, kernel_size) for _ in range(n_layers))
+            FeedForward(channels, hidden, kernel_size) for _ in range(n_layers)
+        )
         self.norm_layers_2 = nn.ModuleList(ChannelNorm(channels) for _ in range(n_layers))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = x * mask
-        layers = zip(self.attn_layers, self.norm_layers_1, self.ffn_layers, self.norm_layers_2,
-                     strict=True)
+        layers = zip(
+            self.attn_layers, self.norm_layers_1, self.ffn_layers, self.norm_layers_2, strict=True
+        )
         for attn, norm_1, ffn, norm_2 in layers:
             x = norm_1(x + attn(x, mask))
             x = norm_2(x + ffn(x, mask))
@@ -46,8 +50,16 @@ class Encoder(nn.Module):
 
 
 class TextEncoder(nn.Module):
-    def __init__(self, n_symbols: int, channels: int = 192, hidden: int = 768, n_heads: int = 2,
-                 n_layers: int = 6, kernel_size: int = 3, window: int = 4) -> None:
+    def __init__(
+        self,
+        n_symbols: int,
+        channels: int = 192,
+        hidden: int = 768,
+        n_heads: int = 2,
+        n_layers: int = 6,
+        kernel_size: int = 3,
+        window: int = 4,
+    ) -> None:
         super().__init__()
         self.channels = channels
         self.emb = nn.Embedding(n_symbols, channels)
@@ -62,8 +74,9 @@ class TextEncoder(nn.Module):
         return x, mean, log_std
 
 
-def expand_by_durations(stats: torch.Tensor, durations: torch.Tensor,
-                        frame_mask: torch.Tensor) -> torch.Tensor:
+def expand_by_durations(
+    stats: torch.Tensor, durations: torch.Tensor, frame_mask: torch.Tensor
+) -> torch.Tensor:
     """Repeat each phoneme's statistics for its number of frames.
 
     stats [B, C, Tx]; durations [B, Tx] integer frames; frame_mask [B, 1, Ty].
@@ -75,5 +88,3 @@ def expand_by_durations(stats: torch.Tensor, durations: torch.Tensor,
     path = (frames >= starts[:, None, :]) & (frames < ends[:, None, :])
     path = path.to(stats.dtype) * frame_mask.transpose(1, 2)
     return torch.bmm(path, stats.transpose(1, 2)).transpose(1, 2)
-
-
