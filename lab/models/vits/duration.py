@@ -13,7 +13,7 @@ from lab.models.vits.spline import inverse_spline
 
 
 class DilatedDepthSeparableConv(nn.Module):
-    """Depthwise convs with dilation kernel**i, each followed by a 1x1 conv: a wide, cheap context."""
+    """Depthwise convs (dilation kernel**i), each with a 1x1 conv: wide context, cheaply."""
 
     def __init__(self, channels: int, kernel_size: int, n_layers: int) -> None:
         super().__init__()

@@ -67,7 +67,7 @@ class CouplingLayer(nn.Module):
 
 
 class ResidualCouplingFlow(nn.Module):
-    """Coupling layers interleaved with channel flips; names match the trained layout (0, 2, 4, 6)."""
+    """Coupling layers between channel flips; names match the trained layout (0, 2, 4, 6)."""
 
     def __init__(
         self,

@@ -47,7 +47,7 @@ def _renamed(graph, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def load_onnx_weights(module: nn.Module, path: Path) -> None:
-    """Copy every parameter of `module` from the ONNX file, failing loudly on any gap or mismatch."""
+    """Copy every parameter of `module` from the ONNX file; fail loudly on any gap or mismatch."""
     graph, tensors = _load_graph(path)
     source = {**tensors, **_renamed(graph, tensors)}
     state = module.state_dict()
@@ -59,7 +59,8 @@ def load_onnx_weights(module: nn.Module, path: Path) -> None:
         array = source[name]
         if tuple(array.shape) != tuple(current.shape):
             raise VoiceFileError(
-                f"{path.name}: {name} has shape {tuple(array.shape)}, expected {tuple(current.shape)}"
+                f"{path.name}: {name} has shape {tuple(array.shape)}, "
+                f"expected {tuple(current.shape)}"
             )
         loaded[name] = torch.from_numpy(np.array(array, dtype=np.float32))
     module.load_state_dict(loaded)

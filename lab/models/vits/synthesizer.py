@@ -82,7 +82,7 @@ class Synthesizer(nn.Module):
         durations: torch.Tensor,
         noise: torch.Tensor,
     ) -> Latents:
-        """Expand phoneme priors to frames, sample with noise [B, C, T_frames], run the flow back."""
+        """Expand phoneme priors to frames, sample with noise [B, C, frames], run the flow back."""
         lengths = durations.sum(dim=1).clamp_min(1)
         mask = sequence_mask(lengths).unsqueeze(1).to(mean.dtype)
         mean = expand_by_durations(mean, durations, mask)
