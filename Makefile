@@ -16,7 +16,8 @@ install:
 
 install-test: install
 	$(PIP) install -e ".[test]"
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	@command -v chromium >/dev/null && command -v ffmpeg >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq chromium ffmpeg)
 
 app: install
 	$(PYTHON) app.py

@@ -90,6 +90,9 @@ class PipelineConfig:
             raise ConfigError(f"overlap={self.overlap} must be >= 0")
         if self.crossfade_ms < 0:
             raise ConfigError(f"crossfade_ms={self.crossfade_ms} must be >= 0")
+        if self.crossfade_ms > 0 and self.overlap == 0:
+            raise ConfigError("crossfade_ms > 0 blends chunks over their shared context, so it "
+                              "needs overlap >= 1; set crossfade_ms: 0 for no overlap")
 
     def replace(self, **changes: object) -> PipelineConfig:
         """A copy with some fields changed, validated like a preset."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +23,7 @@ from lab.metrics.timers import StageTimer
 from lab.models.piper_backend import PiperBackend
 from lab.models.piper_voice import load_voice
 from lab.models.precision import prepare_model
+from lab.quant.precision import weight_bytes
 
 SENTENCE_GAP_S = 0.12
 
@@ -116,10 +117,29 @@ class Pipeline:
                       device=self.device.type)
         return Synthesis(audio, self.sample_rate, text, metrics, list(self.fallbacks), warnings)
 
-    def stream(self, text: str) -> Iterator[AudioChunk]:
-        """Yield audio as it is decoded, sentence by sentence and window by window."""
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.backend.model
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the model's weights as they sit on the device now (after casts or quant)."""
+        return weight_bytes(self.model)
+
+    def stream(self, text: str) -> Generator[AudioChunk, None, Synthesis]:
+        """Yield audio as it is decoded, sentence by sentence and window by window.
+
+        The generator's return value is the whole Synthesis with its metrics, for callers
+        that want the numbers once the last chunk has played.
+        """
         timer = StageTimer(self.device)
-        yield from self._stream(text, timer, self._timed_prepare(text, timer))
+        prepared = self._timed_prepare(text, timer)
+        chunks = []
+        for chunk in self._stream(text, timer, prepared):
+            chunks.append(chunk)
+            yield chunk
+        audio = np.concatenate([c.audio for c in chunks]).astype(np.float32)
+        return self._finish(text, audio, timer, chunks[0].elapsed_ms, prepared.warnings)
 
     def _timed_prepare(self, text: str, timer: StageTimer):
         with timer.stage("text_to_tokens"):

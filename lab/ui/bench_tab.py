@@ -1,0 +1,167 @@
+"""Benchmark tab: sweep one knob over a sentence set, chart it, keep the report.
+
+A sweep answers one question per axis: batch size against latency and throughput, decode
+interval against time to first audio, precision or quantization against speed, input length
+against latency on log-log axes with the fitted exponent. Each finished point is written to
+the data directory at once, so cancelling keeps everything measured so far.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+
+from lab.bench.report import write_report
+from lab.bench.runner import BenchError, config_label
+from lab.bench.sweep import INPUT_LENGTH, Sweep, runner_measure
+from lab.config import to_dict
+from lab.frontend import list_sentence_sets, sentence_set
+from lab.ui import charts
+from lab.ui.knobs import build_panel
+from lab.ui.synth_tab import resolve_config
+
+if TYPE_CHECKING:
+    from lab.config import PipelineConfig
+    from lab.ui.blocks import LabContext
+
+PROGRESS = gr.Progress()  # gradio hands each request its own tracker in place of this default
+AXES = {
+    "batch size": ("batch_size", "1, 2, 4"),
+    "decode interval": ("decode_interval", "8, 16, 32, 64"),
+    "precision": ("dtype", "fp32, bf16"),
+    "quantization": ("quant", "none, int8-dynamic"),
+    "input length": (INPUT_LENGTH, "40, 80, 160, 320"),
+}
+TABLE_COLUMNS = ["value", "n_chars", "config", "latency_p50_ms", "latency_p95_ms",
+                 "ttfb_p50_ms", "rtf", "audio_s_per_s", "peak_memory_mb", "fallbacks", "error"]
+
+
+def parse_values(axis: str, raw: str) -> list:
+    """Comma-separated sweep values: integers for numeric axes, names for the others."""
+    items = [v.strip() for v in raw.split(",") if v.strip()]
+    if not items:
+        raise BenchError("give at least one value to sweep, separated by commas")
+    if axis in ("dtype", "quant"):
+        return items
+    try:
+        return [int(v) for v in items]
+    except ValueError as err:
+        raise BenchError(f"{axis} values must be whole numbers, got {raw!r}") from err
+
+
+def streaming_measure(build, repeats: int = 1):
+    """Time to first audio needs the streamed path, one request at a time, not a batch."""
+
+    def measure(cfg: PipelineConfig, texts: list[str]) -> dict:
+        pipe = build(cfg.replace(stream=True))
+        pipe.synthesize(texts[0])
+        results = [pipe.synthesize(t) for _ in range(repeats) for t in texts]
+        ttfb = [r.metrics.ttfb_ms for r in results]
+        total = [r.metrics.total_ms for r in results]
+        audio = sum(r.metrics.audio_seconds for r in results)
+        return {
+            "config": config_label(cfg), "batch_size": 1, "n_texts": len(texts),
+            "latency_p50_ms": float(np.percentile(total, 50)),
+            "latency_p95_ms": float(np.percentile(total, 95)),
+            "ttfb_p50_ms": float(np.percentile(ttfb, 50)),
+            "ttfb_p95_ms": float(np.percentile(ttfb, 95)),
+            "rtf": sum(total) / 1000 / audio, "audio_s_per_s": audio / (sum(total) / 1000),
+            "peak_memory_mb": max(r.metrics.peak_memory_mb for r in results),
+            "fallbacks": "; ".join(dict.fromkeys(f for r in results for f in r.fallbacks)),
+        }
+
+    return measure
+
+
+def make_sweep(ctx: LabContext, cfg: PipelineConfig, axis_name: str, raw: str,
+               text_set: str, n_texts: int, repeats: int) -> Sweep:
+    axis = AXES[axis_name][0]
+    texts = sentence_set(text_set)[: int(n_texts)]
+    if axis == "decode_interval":
+        measure = streaming_measure(ctx.build_pipeline, int(repeats))
+    else:
+        measure = runner_measure(ctx.build_pipeline, repeats=int(repeats), warmup=1)
+    return Sweep(axis, parse_values(axis, raw), cfg, texts, measure)
+
+
+def table(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    cols = [c for c in TABLE_COLUMNS if c in frame.columns]
+    return frame[cols].round(3) if cols else frame
+
+
+def run_sweep(ctx: LabContext, sweep: Sweep, cancel: threading.Event, progress):
+    """Yield (rows, report paths, status) after each point, saving the report every time."""
+    stem = f"sweep-{sweep.axis}-{time.strftime('%Y%m%d-%H%M%S')}"
+    meta = {"axis": sweep.axis, "values": sweep.values, "config": to_dict(sweep.base_config)}
+    rows: list[dict] = []
+    total = len(sweep.values)
+    progress((0, total), desc=f"{sweep.axis} = {sweep.values[0]}")
+    for done, point in enumerate(sweep.points(cancel), start=1):
+        rows += point.records()
+        paths = write_report(rows, ctx.data_dir / "bench", stem, meta=meta,
+                             title=f"Sweep over {sweep.axis}")
+        nxt = f"{sweep.axis} = {sweep.values[done]}" if done < total else "done"
+        progress((done, total), desc=nxt)
+        note = f" ({point.error})" if point.error else ""
+        yield rows, [str(paths.csv), str(paths.json)], f"{done}/{total} points{note}"
+
+
+def build(ctx: LabContext) -> None:
+    cancels: dict[str, threading.Event] = {}
+    panel = build_panel(ctx.default, "bench", ctx.default_preset)
+    with gr.Row():
+        axis = gr.Radio(list(AXES), value="batch size", label="Sweep axis", elem_id="bench-axis")
+        values = gr.Textbox(AXES["batch size"][1], label="Values (comma-separated)",
+                            elem_id="bench-values")
+    with gr.Row():
+        sets = list_sentence_sets()
+        text_set = gr.Dropdown(sets, value="short" if "short" in sets else sets[0],
+                               label="Sentence set")
+        n_texts = gr.Slider(1, 12, value=4, step=1, label="Texts used", elem_id="bench-n")
+        repeats = gr.Slider(1, 5, value=1, step=1, label="Repeats")
+    with gr.Row():
+        go = gr.Button("Run sweep", variant="primary", elem_id="bench-go")
+        stop = gr.Button("Cancel", variant="stop", elem_id="bench-cancel")
+    status = gr.Markdown(elem_id="bench-status")
+    with gr.Row():
+        chart_a = gr.Plot(elem_id="bench-chart-a")
+        chart_b = gr.Plot(elem_id="bench-chart-b")
+    results = gr.Dataframe(label="Results", interactive=False, elem_id="bench-table")
+    files = gr.File(label="Report (CSV / JSON, also saved under the data directory)",
+                    file_count="multiple", elem_id="bench-files")
+    axis.change(lambda a: AXES[a][1], axis, values)
+
+    def on_run(data: dict, request: gr.Request, progress=PROGRESS):
+        key = request.session_hash or "default"
+        cancel = cancels[key] = threading.Event()
+        try:
+            cfg = resolve_config(ctx, panel, data)
+            sweep = make_sweep(ctx, cfg, data[axis], data[values], data[text_set],
+                               data[n_texts], data[repeats])
+        except ValueError as err:
+            gr.Warning(str(err))
+            yield {status: f"⚠️ **{err}**"}
+            return
+        yield {status: f"Running {len(sweep.values)} points…", files: None}
+        for rows, paths, note in run_sweep(ctx, sweep, cancel, progress):
+            fig_a, fig_b = charts.sweep_figures(sweep.axis, rows)
+            yield {results: table(rows), chart_a: fig_a, chart_b: fig_b, files: paths,
+                   status: f"Sweep over `{sweep.axis}`: {note}"}
+
+    def on_cancel(request: gr.Request):
+        event = cancels.get(request.session_hash or "default")
+        if event is not None:
+            event.set()
+        return (f"Cancelled. Every point finished before the cancel is saved under "
+                f"`{ctx.data_dir / 'bench'}`.")
+
+    inputs = {axis, values, text_set, n_texts, repeats, *panel.inputs()}
+    run = go.click(on_run, inputs, [status, results, chart_a, chart_b, files],
+                   concurrency_limit=1)
+    stop.click(on_cancel, None, status, cancels=[run])

@@ -1,0 +1,91 @@
+"""Assemble the lab's Gradio app from its tabs, around one shared context.
+
+The context holds what outlives a request: the pipeline cache, the vote store under the data
+directory and the telemetry sampler. Tabs receive it instead of reaching for globals, so a
+test can build an app on a temporary data directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gradio as gr
+import torch
+
+from lab.config import PipelineConfig, list_presets, load_preset
+from lab.listening import VoteStore
+from lab.metrics.telemetry import TelemetrySampler
+from lab.pipeline import Pipeline
+from lab.ui import ab_tab, bench_tab, live_tab, profile_tab, synth_tab
+from lab.ui.pipelines import PipelineCache
+
+DEFAULT_DATA_DIR = Path("runs") / "lab-data"
+DEFAULT_PRESET = "cpu-default"
+
+CSS = """
+#dummy-warning, .dummy-warning h2 { color: #b00020; }
+.verdict-pass { color: #1b7a2e; font-weight: 600; }
+.verdict-fail { color: #b00020; font-weight: 600; }
+"""
+
+
+def data_dir_from_env() -> Path:
+    """LAB_DATA_DIR when set, else runs/lab-data under the working directory."""
+    return Path(os.environ.get("LAB_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+def default_config() -> PipelineConfig:
+    """The shipped CPU preset when present, so the app opens on something that runs anywhere."""
+    return load_preset(DEFAULT_PRESET) if DEFAULT_PRESET in list_presets() else PipelineConfig()
+
+
+@dataclass
+class LabContext:
+    """Long-lived state shared by every tab and every browser session."""
+
+    data_dir: Path
+    cache: PipelineCache = field(default_factory=PipelineCache)
+    votes: VoteStore | None = None
+    telemetry: TelemetrySampler = field(default_factory=TelemetrySampler)
+    cuda_available: bool = field(default_factory=torch.cuda.is_available)
+    default: PipelineConfig = field(default_factory=default_config)
+    default_preset: str | None = DEFAULT_PRESET if DEFAULT_PRESET in list_presets() else None
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.votes is None:
+            self.votes = VoteStore(self.data_dir)
+
+    def build_pipeline(self, cfg: PipelineConfig) -> Pipeline:
+        """A fresh, uncached pipeline, for benchmarks that must not share warm state."""
+        return Pipeline(cfg)
+
+
+def build_app(ctx: LabContext | None = None) -> gr.Blocks:
+    """The whole app: Synthesize, A/B, Benchmark, Live and Profile tabs."""
+    ctx = ctx or LabContext(data_dir_from_env())
+    ctx.telemetry.start()
+    with gr.Blocks(title="TTS Optimization Lab") as demo:
+        gr.Markdown(
+            "# TTS Optimization Lab\n"
+            "Make text-to-speech fast and prove it still sounds right. "
+            f"Data directory: `{ctx.data_dir}`"
+        )
+        with gr.Tabs():
+            with gr.Tab("Synthesize", id="synth") as synth:
+                synth_tab.build(ctx)
+            with gr.Tab("A/B", id="ab") as ab:
+                ab_tab.build(ctx, demo)
+            with gr.Tab("Benchmark", id="bench") as bench:
+                bench_tab.build(ctx)
+            with gr.Tab("Live", id="live") as live:
+                timer = live_tab.build(ctx)
+            with gr.Tab("Profile", id="profile") as prof:
+                profile_tab.build(ctx)
+        live.select(lambda: gr.Timer(active=True), None, timer)
+        for other in (synth, ab, bench, prof):
+            other.select(lambda: gr.Timer(active=False), None, timer)
+    return demo

@@ -1,0 +1,260 @@
+"""The knob panel: Gradio widgets that stand for a PipelineConfig, and back again.
+
+Every tab that runs a pipeline (synthesize, A/B, benchmark, profile) shows the same panel,
+so one mapping between widgets and config fields lives here. Which knobs a family honours
+comes from `lab.models.families`: KV cache, continuous batching and sampling belong to the
+autoregressive engine, and a VITS voice renders every frame in one pass, so asking for them
+there is a mistake the user should hear about rather than a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from lab.config import (
+    COMPILE_MODES,
+    DEVICES,
+    DTYPES,
+    FAMILIES,
+    KV_CACHES,
+    QUANTS,
+    WEIGHTS,
+    ConfigError,
+    PipelineConfig,
+    from_dict,
+    list_presets,
+    load_preset,
+    to_dict,
+)
+from lab.models.families import family as family_info
+
+KNOB_FIELDS = (
+    "family",
+    "weights",
+    "device",
+    "dtype",
+    "quant",
+    "compile",
+    "batch_size",
+    "decode_interval",
+    "overlap",
+    "seed",
+    "kv_cache",
+    "continuous_batching",
+    "temperature",
+    "top_p",
+)
+SAMPLING_FIELDS = ("temperature", "top_p")
+
+
+class KnobError(ValueError):
+    """The knobs ask for something this family or this machine cannot do."""
+
+
+DUMMY_WARNING = (
+    "## ⚠️ DUMMY WEIGHTS: THIS WILL SOUND LIKE NOISE\n"
+    "The orpheus family is running with randomly initialised weights. Timings are real; "
+    "the audio is not speech. Point `model` at local Orpheus weights for real output."
+)
+
+
+def _defaults() -> dict:
+    flat = to_dict(PipelineConfig())
+    sampling = flat.pop("sampling")
+    return {**flat, **{k: sampling[k] for k in SAMPLING_FIELDS}}
+
+
+def knob_values(cfg: PipelineConfig) -> list:
+    """Widget values for `cfg`, in KNOB_FIELDS order."""
+    flat = to_dict(cfg)
+    sampling = flat.pop("sampling")
+    flat.update({k: sampling[k] for k in SAMPLING_FIELDS})
+    return [flat[name] for name in KNOB_FIELDS]
+
+
+def _typed(name: str, value: object) -> object:
+    """Sliders hand back floats; integer fields must stay integers for validation."""
+    if name in ("batch_size", "decode_interval", "overlap", "seed") and value is not None:
+        if float(value) != int(float(value)):
+            raise KnobError(f"{name}={value} must be a whole number")
+        return int(float(value))
+    return value
+
+
+def config_from_knobs(base: PipelineConfig, values: list | tuple) -> PipelineConfig:
+    """`base` (a preset) with the widget values applied, validated like a preset.
+
+    Raises KnobError for a value the config rejects, or for an autoregressive-only knob
+    moved away from its default on a family that has no autoregressive engine.
+    """
+    if len(values) != len(KNOB_FIELDS):
+        raise KnobError(f"expected {len(KNOB_FIELDS)} knob values, got {len(values)}")
+    knobs = {name: _typed(name, v) for name, v in zip(KNOB_FIELDS, values, strict=True)}
+    _check_family(knobs)
+    data = to_dict(base)
+    data["sampling"] = {**data["sampling"], **{k: knobs.pop(k) for k in SAMPLING_FIELDS}}
+    try:
+        return from_dict({**data, **knobs})
+    except ConfigError as err:
+        raise KnobError(str(err)) from err
+
+
+def _check_family(knobs: dict) -> None:
+    defaults = _defaults()
+    changed = {n for n in KNOB_FIELDS if knobs[n] != defaults[n]}
+    changed = {"sampling" if n in SAMPLING_FIELDS else n for n in changed}
+    problems = family_info(knobs["family"]).unsupported(changed)
+    if problems:
+        raise KnobError(
+            "; ".join(problems) + ". Reset these knobs or choose an autoregressive family."
+        )
+
+
+def check_machine(cfg: PipelineConfig, cuda_available: bool) -> None:
+    """Reject a config this machine cannot run at all (fallbacks are the pipeline's job)."""
+    if cfg.device == "cuda" and not cuda_available:
+        raise KnobError("device=cuda asked for, but there is no CUDA GPU here; use auto or cpu")
+
+
+def family_note(name: str, weights: str) -> str:
+    """Markdown under the panel: what the family honours, and the dummy-weights alarm."""
+    fam = family_info(name)
+    if fam.autoregressive:
+        note = (f"**{fam.name}**: {fam.description}. Every knob applies, including KV cache, "
+                "continuous batching and sampling.")
+    else:
+        note = (f"**{fam.name}**: {fam.description}. It renders all frames in one pass, so "
+                "**KV cache, continuous batching, sampling and dummy weights do not apply**; "
+                "precision, quantization, compile, batch size and the streaming window do.")
+    if fam.autoregressive and weights == "dummy":
+        note = f"{DUMMY_WARNING}\n\n{note}"
+    return note
+
+
+@dataclass
+class Knobs:
+    """The widgets of one panel; `inputs()` lists them in KNOB_FIELDS order."""
+
+    family: gr.Dropdown
+    weights: gr.Dropdown
+    device: gr.Dropdown
+    dtype: gr.Dropdown
+    quant: gr.Dropdown
+    compile: gr.Dropdown
+    batch_size: gr.Slider
+    decode_interval: gr.Slider
+    overlap: gr.Slider
+    seed: gr.Number
+    kv_cache: gr.Dropdown
+    continuous_batching: gr.Checkbox
+    temperature: gr.Slider
+    top_p: gr.Slider
+    note: gr.Markdown
+
+    def inputs(self) -> list[gr.components.Component]:
+        return [getattr(self, name) for name in KNOB_FIELDS]
+
+    def set_values(self, cfg: PipelineConfig) -> list:
+        """Output values for `inputs()` + the note, for filling the panel from a preset."""
+        return [*knob_values(cfg), family_note(cfg.family, cfg.weights)]
+
+
+def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
+    """Lay out the panel inside the current Blocks context, initialised from `cfg`."""
+    v = dict(zip(KNOB_FIELDS, knob_values(cfg), strict=True))
+    with gr.Row():
+        family = gr.Dropdown(list(FAMILIES), value=v["family"], label="Model family",
+                             elem_id=f"{key}-family")
+        weights = gr.Dropdown(list(WEIGHTS), value=v["weights"], label="Weights")
+        device = gr.Dropdown(list(DEVICES), value=v["device"], label="Device")
+        dtype = gr.Dropdown(list(DTYPES), value=v["dtype"], label="Precision")
+        quant = gr.Dropdown(list(QUANTS), value=v["quant"], label="Quantization")
+        compile_mode = gr.Dropdown(list(COMPILE_MODES), value=v["compile"],
+                                   label="torch.compile")
+    with gr.Row():
+        batch_size = gr.Slider(1, 32, value=v["batch_size"], step=1, label="Batch size")
+        decode_interval = gr.Slider(1, 256, value=v["decode_interval"], step=1,
+                                    label="Decode interval (frames)")
+        overlap = gr.Slider(0, 64, value=v["overlap"], step=1, label="Window overlap (frames)")
+        seed = gr.Number(value=v["seed"], precision=0, label="Sampling seed")
+    with gr.Accordion("Autoregressive engine (orpheus only)",
+                      open=family_info(v["family"]).autoregressive), gr.Row():
+        kv_cache = gr.Dropdown(list(KV_CACHES), value=v["kv_cache"], label="KV cache",
+                               elem_id=f"{key}-kv-cache")
+        batching = gr.Checkbox(value=v["continuous_batching"], label="Continuous batching")
+        temperature = gr.Slider(0.0, 2.0, value=v["temperature"], step=0.05,
+                                label="Temperature")
+        top_p = gr.Slider(0.05, 1.0, value=v["top_p"], step=0.05, label="Top-p")
+    note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
+    knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
+                  decode_interval, overlap, seed, kv_cache, batching, temperature, top_p, note)
+    for widget in (family, weights):
+        widget.change(family_note, [family, weights], note, show_progress="hidden")
+    return knobs
+
+
+@dataclass
+class Panel:
+    """A preset picker (shipped or uploaded YAML) over a knob panel.
+
+    `base` holds the preset as plain data, so fields without a widget (crossfade, voice,
+    max_chars, noise scales) travel with the request instead of being reset.
+    """
+
+    preset: gr.Dropdown
+    upload: gr.UploadButton
+    status: gr.Markdown
+    base: gr.State
+    knobs: Knobs
+
+    def inputs(self) -> list:
+        return [self.base, *self.knobs.inputs()]
+
+    def outputs(self) -> list:
+        return [self.base, *self.knobs.inputs(), self.knobs.note, self.status]
+
+    def config(self, data: dict) -> PipelineConfig:
+        """The config from a handler's `{component: value}` inputs (KnobError if invalid)."""
+        return panel_config(data[self.base], *(data[c] for c in self.knobs.inputs()))
+
+
+def panel_config(base: dict, *values: object) -> PipelineConfig:
+    """The config a panel describes: its preset with the knob values applied."""
+    try:
+        preset = from_dict(base)
+    except ConfigError as err:
+        raise KnobError(f"the loaded preset is no longer valid: {err}") from err
+    return config_from_knobs(preset, values)
+
+
+def preset_outputs(source: str | None, label: str, width: int) -> list:
+    """Panel outputs for a preset, or unchanged knobs and a warning when it is invalid."""
+    if not source:
+        return [gr.skip()] * (width - 1) + [""]
+    try:
+        cfg = load_preset(source)
+    except ConfigError as err:
+        gr.Warning(f"Invalid preset: {err}")
+        return [gr.skip()] * (width - 1) + [f"⚠️ **Invalid preset {label}**: {err}"]
+    values = [to_dict(cfg), *knob_values(cfg), family_note(cfg.family, cfg.weights)]
+    return [*values, f"Loaded preset **{label}**."]
+
+
+def build_panel(cfg: PipelineConfig, key: str, preset: str | None = None) -> Panel:
+    """Preset dropdown + YAML upload + knobs, wired so that a preset fills the knobs."""
+    with gr.Row():
+        picker = gr.Dropdown(list_presets(), value=preset, label="Preset", scale=3,
+                             elem_id=f"{key}-preset")
+        upload = gr.UploadButton("Upload a preset (YAML)", file_types=[".yaml", ".yml"],
+                                 type="filepath", scale=1, elem_id=f"{key}-preset-upload")
+    status = gr.Markdown(elem_id=f"{key}-preset-status")
+    base = gr.State(to_dict(cfg))
+    knobs = build_knobs(cfg, key)
+    panel = Panel(picker, upload, status, base, knobs)
+    outputs = panel.outputs()
+    picker.input(lambda name: preset_outputs(name, f"`{name}`", len(outputs)), picker, outputs)
+    upload.upload(lambda path: preset_outputs(path, "(uploaded file)", len(outputs)), upload,
+                  outputs)
+    return panel

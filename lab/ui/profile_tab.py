@@ -1,0 +1,93 @@
+"""Profile tab: one synthesis under torch.profiler, its bottlenecks by stage and by operator.
+
+Stage timings say where time goes; operators say why (convolutions, matmuls, copies). The
+request is run once unprofiled first, so one-time costs such as lazy initialization or
+compilation do not pose as bottlenecks. The chrome trace is offered for Perfetto.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING
+
+import gradio as gr
+import pandas as pd
+
+from lab.metrics.profile import ProfileResult, profile_call
+from lab.ui import charts
+from lab.ui.knobs import build_panel
+from lab.ui.synth_tab import EXAMPLE_TEXT, load, resolve_config
+
+if TYPE_CHECKING:
+    from lab.ui.blocks import LabContext
+
+PROGRESS = gr.Progress()  # gradio hands each request its own tracker in place of this default
+TOP = 3
+
+
+def bottlenecks(result: ProfileResult) -> str:
+    """The top stages and operators in words, for a reader who will not open the trace."""
+    lines = [f"**Wall time:** {result.wall_ms:.1f} ms", "", "**Top stages:**"]
+    lines += [f"{n}. `{r.name}`: {r.total_ms:.1f} ms ({r.pct:.0f}% of the call)"
+              for n, r in enumerate(result.stages[:TOP], start=1)]
+    ops = result.device_operators or result.operators
+    where = "GPU" if result.device_operators else "CPU"
+    lines += ["", f"**Top operators ({where} self time):**"]
+    lines += [f"{n}. `{r.name}`: {r.self_ms:.1f} ms ({r.pct:.0f}%), {r.calls} calls"
+              for n, r in enumerate(ops[:TOP], start=1)]
+    return "\n".join(lines)
+
+
+def _frame(rows) -> pd.DataFrame:
+    return pd.DataFrame([dataclasses.asdict(r) for r in rows]).round(3)
+
+
+def run_profile(ctx: LabContext, cfg, text: str, progress) -> tuple[ProfileResult, str]:
+    pipe = load(ctx, cfg, progress)
+    progress(0.2, desc="warm-up run")
+    pipe.synthesize(text)
+    progress(0.5, desc="profiled run")
+    result = profile_call(lambda: pipe.synthesize(text), device=pipe.device, top=25)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    trace = result.export_trace(ctx.data_dir / "profiles" / f"trace-{stamp}.json")
+    return result, str(trace)
+
+
+def build(ctx: LabContext) -> None:
+    text = gr.Textbox(EXAMPLE_TEXT, lines=2, label="Text", elem_id="profile-text")
+    panel = build_panel(ctx.default, "profile", ctx.default_preset)
+    go = gr.Button("Profile one synthesis", variant="primary", elem_id="profile-go")
+    status = gr.Markdown(elem_id="profile-status")
+    summary = gr.Markdown(elem_id="profile-summary")
+    with gr.Row():
+        stage_chart = gr.Plot(elem_id="profile-stages")
+        op_chart = gr.Plot(elem_id="profile-ops")
+    with gr.Accordion("Tables", open=False):
+        stages = gr.Dataframe(label="Stages", interactive=False)
+        ops = gr.Dataframe(label="Operators", interactive=False)
+    trace = gr.File(label="Chrome trace (open in Perfetto or chrome://tracing)",
+                    elem_id="profile-trace")
+
+    def on_profile(data: dict, progress=PROGRESS):
+        try:
+            cfg = resolve_config(ctx, panel, data)
+            result, path = run_profile(ctx, cfg, data[text], progress)
+        except (ValueError, RuntimeError, OSError) as err:
+            gr.Warning(str(err))
+            return {status: f"⚠️ **{err}**"}
+        op_rows = result.device_operators or result.operators
+        return {
+            status: "Done.",
+            summary: bottlenecks(result),
+            stage_chart: charts.top_rows([dataclasses.asdict(r) for r in result.stages],
+                                         "Stages (inclusive ms)", value="total_ms"),
+            op_chart: charts.top_rows([dataclasses.asdict(r) for r in op_rows],
+                                      "Operators (self ms)"),
+            stages: _frame(result.stages),
+            ops: _frame(op_rows),
+            trace: path,
+        }
+
+    go.click(on_profile, {text, *panel.inputs()},
+             [status, summary, stage_chart, op_chart, stages, ops, trace], concurrency_limit=1)

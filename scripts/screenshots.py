@@ -1,0 +1,145 @@
+"""Take one screenshot per app tab, each after doing that tab's job once.
+
+    python scripts/screenshots.py [--out docs/screenshots] [--chromium /usr/bin/chromium]
+
+Starts the app on a free local port with a throwaway data directory under runs/, drives it
+in headless Chromium (synthesize, cast a blind vote, run a small sweep, watch the live view,
+profile one request) and writes synthesize.png, ab.png, benchmark.png, live.png and
+profile.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROME_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+WAIT_MS = 300_000
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_app(data_dir: str, port: int) -> subprocess.Popen:
+    env = {**os.environ, "LAB_DATA_DIR": data_dir}
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(240):
+        if proc.poll() is not None:
+            raise SystemExit("the app exited before it answered")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("the app did not answer in 120 s")
+
+
+def wait_text(page: Page, selector: str, needle: str) -> None:
+    page.wait_for_function(
+        f"() => {{ const e = document.querySelector({selector!r});"
+        f" return e && e.innerText.includes({needle!r}); }}",
+        timeout=WAIT_MS,
+    )
+
+
+def settle(page: Page, *plots: str) -> None:
+    """Wait for plotly charts to draw and give the layout a moment to stop moving."""
+    for plot in plots:
+        page.wait_for_selector(f"{plot} .js-plotly-plot", timeout=60_000)
+    time.sleep(1.5)
+
+
+def synthesize(page: Page) -> None:
+    page.click("#synth-go")
+    wait_text(page, "#synth-status", "Done")
+    settle(page, "#synth-chart")
+
+
+def ab(page: Page) -> None:
+    page.get_by_role("tab", name="A/B").click()
+    page.click("#ab-render")
+    wait_text(page, "#ab-status", "then vote")
+    page.click("#ab-vote-x")
+    wait_text(page, "#ab-status", "saved")
+    settle(page, "#ab-win-chart", "#ab-quality-chart")
+
+
+def benchmark(page: Page) -> None:
+    page.get_by_role("tab", name="Benchmark").click()
+    page.fill("#bench-values textarea", "1, 2, 4")
+    page.click("#bench-go")
+    wait_text(page, "#bench-status", "3/3 points")
+    settle(page, "#bench-chart-a", "#bench-chart-b")
+
+
+def live(page: Page) -> None:
+    page.get_by_role("tab", name="Live").click()
+    time.sleep(5)
+    settle(page, "#live-telemetry", "#live-latency")
+
+
+def profile(page: Page) -> None:
+    page.get_by_role("tab", name="Profile").click()
+    page.click("#profile-go")
+    wait_text(page, "#profile-status", "Done")
+    settle(page, "#profile-stages", "#profile-ops")
+
+
+STEPS = {"synthesize": synthesize, "ab": ab, "benchmark": benchmark, "live": live,
+         "profile": profile}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    data_dir = "runs/lab-data-screenshots"
+    shutil.rmtree(ROOT / data_dir, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        app = start_app(data_dir, port)
+        try:
+            with sync_playwright() as pw:
+                context = pw.chromium.launch_persistent_context(
+                    user_data_dir=Path(tmp) / "chromium", executable_path=args.chromium,
+                    headless=True, args=CHROME_ARGS, viewport={"width": 1400, "height": 1000},
+                )
+                page = context.new_page()
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.wait_for_selector("#synth-go", timeout=60_000)
+                for name, step in STEPS.items():
+                    step(page)
+                    path = args.out / f"{name}.png"
+                    page.screenshot(path=str(path), full_page=True)
+                    print(f"wrote {path}")
+                context.close()
+        finally:
+            app.send_signal(signal.SIGTERM)
+            app.wait(timeout=30)
+            shutil.rmtree(ROOT / data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The knob panel maps to PipelineConfig and back, and says when a family ignores a knob."""
+
+import gradio as gr
+import pytest
+
+from lab.config import PipelineConfig, load_preset, to_dict
+from lab.ui.knobs import (
+    DUMMY_WARNING,
+    KNOB_FIELDS,
+    KnobError,
+    Knobs,
+    build_panel,
+    check_machine,
+    config_from_knobs,
+    family_note,
+    knob_values,
+    panel_config,
+    preset_outputs,
+)
+from lab.ui.pipelines import PipelineCache
+
+
+def _with(cfg: PipelineConfig, **changes) -> list:
+    values = dict(zip(KNOB_FIELDS, knob_values(cfg), strict=True))
+    values.update(changes)
+    return [values[k] for k in KNOB_FIELDS]
+
+
+def test_round_trip_keeps_every_field_including_preset_only_ones():
+    cfg = PipelineConfig(family="orpheus", weights="dummy", dtype="bf16", batch_size=4,
+                         kv_cache="dynamic", crossfade_ms=7.0, max_chars=300)
+    assert config_from_knobs(cfg, knob_values(cfg)) == cfg
+
+
+def test_slider_floats_become_integers_and_fractions_are_refused():
+    cfg = PipelineConfig()
+    out = config_from_knobs(cfg, _with(cfg, batch_size=4.0, decode_interval=16.0))
+    assert (out.batch_size, out.decode_interval) == (4, 16)
+    with pytest.raises(KnobError, match="batch_size=2.5 must be a whole number"):
+        config_from_knobs(cfg, _with(cfg, batch_size=2.5))
+
+
+def test_invalid_value_is_a_knob_error_naming_the_field():
+    with pytest.raises(KnobError, match="quant='int3'"):
+        config_from_knobs(PipelineConfig(), _with(PipelineConfig(), quant="int3"))
+
+
+@pytest.mark.parametrize(
+    ("knob", "value"),
+    [("kv_cache", "dynamic"), ("continuous_batching", False), ("temperature", 1.2),
+     ("weights", "dummy")],
+)
+def test_autoregressive_knobs_are_refused_for_piper(knob, value):
+    cfg = PipelineConfig(family="piper-vits")
+    with pytest.raises(KnobError, match="does not apply to piper-vits"):
+        config_from_knobs(cfg, _with(cfg, **{knob: value}))
+
+
+def test_same_knobs_are_fine_for_orpheus():
+    cfg = PipelineConfig(family="orpheus")
+    out = config_from_knobs(cfg, _with(cfg, kv_cache="dynamic", temperature=1.2))
+    assert out.kv_cache == "dynamic" and out.sampling.temperature == 1.2
+
+
+def test_cuda_device_without_gpu_is_refused():
+    with pytest.raises(KnobError, match="no CUDA GPU"):
+        check_machine(PipelineConfig(device="cuda"), cuda_available=False)
+    check_machine(PipelineConfig(device="cuda"), cuda_available=True)
+
+
+def test_family_note_warns_loudly_about_dummy_orpheus_only():
+    assert DUMMY_WARNING in family_note("orpheus", "dummy")
+    assert "NOISE" in family_note("orpheus", "dummy")
+    assert DUMMY_WARNING not in family_note("orpheus", "real")
+    assert "do not apply" in family_note("piper-vits", "real")
+
+
+def test_preset_loader_fills_knobs_or_warns_without_changing_them(tmp_path):
+    good = preset_outputs("cpu-default", "cpu-default", width=len(KNOB_FIELDS) + 3)
+    assert good[0] == to_dict(load_preset("cpu-default"))
+    assert good[-1].startswith("Loaded preset")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("famly: piper-vits\n")
+    out = preset_outputs(str(bad), "bad.yaml", width=len(KNOB_FIELDS) + 3)
+    assert "unknown key 'famly'" in out[-1]
+    assert all(v == gr.skip() for v in out[:-1])
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("family: [unclosed\n")
+    assert "not valid YAML" in preset_outputs(str(broken), "broken.yaml", width=4)[-1]
+
+
+def test_panel_builds_inside_blocks_and_reads_configs():
+    with gr.Blocks():
+        panel = build_panel(PipelineConfig(), "t", preset="cpu-default")
+    assert isinstance(panel.knobs, Knobs)
+    assert len(panel.knobs.inputs()) == len(KNOB_FIELDS)
+    data = {panel.base: to_dict(PipelineConfig(batch_size=3))}
+    data.update(zip(panel.knobs.inputs(), knob_values(PipelineConfig(dtype="bf16")), strict=True))
+    assert panel.config(data) == PipelineConfig(dtype="bf16")
+    with pytest.raises(KnobError, match="no longer valid"):
+        panel_config({"family": "nope"}, *knob_values(PipelineConfig()))
+
+
+def test_pipeline_cache_loads_once_and_evicts_least_recent():
+    built = []
+
+    def factory(cfg):
+        built.append(cfg)
+        return object()
+
+    cache = PipelineCache(capacity=2, factory=factory)
+    a, b, c = PipelineConfig(seed=1), PipelineConfig(seed=2), PipelineConfig(seed=3)
+    first = cache.get(a)
+    assert cache.get(a) is first and len(built) == 1
+    cache.get(b)
+    cache.get(a)
+    cache.get(c)
+    assert a in cache and c in cache and b not in cache
+    messages = []
+    cache.get(b, on_load=messages.append)
+    assert len(built) == 4 and messages and "loading piper-vits" in messages[0]
+
+
+def test_pipeline_cache_keeps_nothing_when_loading_fails():
+    def factory(cfg):
+        raise OSError("weights not found")
+
+    cache = PipelineCache(factory=factory)
+    with pytest.raises(OSError, match="weights not found"):
+        cache.get(PipelineConfig())
+    assert len(cache) == 0

@@ -1,0 +1,119 @@
+"""The vote store keeps every vote across kills and restarts; blind trials hide and reveal."""
+
+import csv
+import random
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from lab.config import PipelineConfig
+from lab.listening import Contender, Vote, VoteError, VoteStore, new_trial
+
+
+def _vote(choice: str, x: str = "fp32", y: str = "int8", session: str = "s1") -> Vote:
+    return Vote(session=session, text="Hello there.", seed=0, config_x=x, config_y=y,
+                choice=choice)
+
+
+def test_store_uses_wal_and_lives_under_data_dir(tmp_path):
+    store = VoteStore(tmp_path / "lab-data")
+    assert store.path.parent == tmp_path / "lab-data"
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_record_returns_id_and_persists_for_a_new_store(tmp_path):
+    stored = VoteStore(tmp_path).record(_vote("x"))
+    assert stored.id == 1 and stored.time > 0
+    again = VoteStore(tmp_path).votes()
+    assert [(v.config_x, v.config_y, v.choice) for v in again] == [("fp32", "int8", "x")]
+
+
+def test_bad_choice_is_rejected_and_nothing_stored(tmp_path):
+    store = VoteStore(tmp_path)
+    with pytest.raises(VoteError, match="choice='maybe'"):
+        store.record(_vote("maybe"))
+    with pytest.raises(VoteError, match="session"):
+        store.record(_vote("x", session=" "))
+    assert len(store) == 0
+
+
+def test_win_rates_merge_sessions_and_both_orders(tmp_path):
+    store = VoteStore(tmp_path)
+    store.record(_vote("x", x="fp32", y="int8", session="s1"))
+    store.record(_vote("y", x="int8", y="fp32", session="s2"))
+    store.record(_vote("same", x="fp32", y="int8", session="s2"))
+    store.record(_vote("x", x="int8", y="fp32", session="s3"))
+    store.record(_vote("x", x="bf16", y="fp32", session="s3"))
+    rates = store.win_rates()
+    top = rates[0]
+    assert (top.config_a, top.config_b) == ("fp32", "int8")
+    assert (top.a_wins, top.b_wins, top.ties, top.total) == (2, 1, 1, 4)
+    assert top.a_rate == pytest.approx(0.5)
+    assert top.a_rate + top.b_rate + top.tie_rate == pytest.approx(1.0)
+    assert (rates[1].config_a, rates[1].config_b, rates[1].a_wins) == ("bf16", "fp32", 1)
+
+
+def test_concurrent_votes_are_all_kept(tmp_path):
+    store = VoteStore(tmp_path)
+
+    def cast(n: int) -> None:
+        for i in range(10):
+            store.record(_vote("xy"[i % 2], session=f"t{n}"))
+
+    threads = [threading.Thread(target=cast, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(VoteStore(tmp_path)) == 40
+
+
+def test_vote_survives_sigkill_right_after_record(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, signal
+        from lab.listening import Vote, VoteStore
+        store = VoteStore({str(tmp_path)!r})
+        store.record(Vote(session="k", text="t", seed=1, config_x="a", config_y="b",
+                          choice="y"))
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert proc.returncode == -9
+    votes = VoteStore(tmp_path).votes()
+    assert [(v.session, v.choice, v.winner) for v in votes] == [("k", "y", "b")]
+
+
+def test_export_csv_has_one_row_per_vote(tmp_path):
+    store = VoteStore(tmp_path)
+    store.record(_vote("x"))
+    store.record(_vote("same"))
+    path = store.export_csv(tmp_path / "out" / "votes.csv")
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["choice"] for r in rows] == ["x", "same"]
+    assert rows[0]["config_x"] == "fp32" and rows[0]["id"] == "1"
+
+
+def test_blind_trial_shuffles_and_reveals():
+    a = Contender("fp32", PipelineConfig())
+    b = Contender("int8", PipelineConfig(quant="int8-dynamic"))
+    rng = random.Random(3)
+    trials = [new_trial(a, b, "Hi.", 7, "s", rng=rng) for _ in range(40)]
+    assert {t.a_is_x for t in trials} == {True, False}
+    for t in trials:
+        assert {t.x.label, t.y.label} == {"fp32", "int8"}
+        assert t.reveal() == {"X": t.x.label, "Y": t.y.label}
+        vote = t.vote("x")
+        assert vote.winner == t.x.label
+        assert '"quant": "int8-dynamic"' in (
+            vote.config_x_json if t.x is b else vote.config_y_json
+        )
+    with pytest.raises(VoteError, match="choice"):
+        trials[0].vote("z")
+    with pytest.raises(VoteError, match="text"):
+        new_trial(a, b, "  ", 0, "s")
