@@ -45,13 +45,28 @@ from lab.models.snac_codec import (
 )
 
 REALTIME_TOKENS_PER_S = 7 * 24000 / 2048
-WINDOWS = [ORPHEUS_WINDOW, StreamWindow(2, 3, 3), StreamWindow(1, 2, 3), StreamWindow(1, 3, 3)]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+WINDOWS = [ORPHEUS_WINDOW, StreamWindow(1, 2, 2), StreamWindow(2, 3, 3), StreamWindow(1, 3, 3)]
 TEXTS = [
     "The quick brown fox jumps over the lazy dog near the riverbank.",
     "Please confirm your appointment for Tuesday at three in the afternoon.",
     "Streaming speech should start quickly and never stall while it plays.",
     "Our latency budget is three hundred milliseconds to the first sound.",
 ]
+
+
+class SubwordStandIn:
+    """Prompt ids of a realistic length without the real tokenizer: one id per ~4 characters,
+    as Llama-3's BPE averages on English. Dummy weights ignore what the ids mean; the byte
+    tokenizer would make prompts ~4x longer than the real model's and overstate prefill."""
+
+    def __init__(self, bos: int, vocab: int) -> None:
+        self.bos, self.vocab = bos, vocab
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        pieces = [text[i:i + 4] for i in range(0, len(text), 4)]
+        ids = [sum(map(ord, p)) * 7919 % self.vocab for p in pieces]
+        return [self.bos, *ids] if add_special_tokens else ids
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,7 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decode-mode", default="cuda-graph", help="LM decode step mode")
     p.add_argument("--window", default="1,1,2", help="SNAC window hop,left,right in frames")
     p.add_argument("--snac-compile", default="default", help="'none' or a torch.compile mode")
+    p.add_argument("--snac-dtype", default="fp32", choices=sorted(DTYPES))
     p.add_argument("--side-stream", action="store_true", help="decode SNAC on a side stream")
+    p.add_argument("--profile", action="store_true", help="write a kernel table for the largest N")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--out", default="benchmarks/results/")
     args = p.parse_args(argv)
@@ -83,11 +100,12 @@ def build(args, device: torch.device, n_slots: int, max_len: int):
     lm, cfg = load_lm("dummy", shape=shape, dtype=args.dtype, device=device)
     layout = OrpheusLayout.fitting(cfg.vocab_size)
     snac_cfg = {**(TINY_SNAC if args.smoke else SNAC_24KHZ), "codebook_size": layout.codebook_size}
-    codec = SnacCodec(build_snac(snac_cfg), device=device, noise=False,
-                      compile_mode=args.snac_compile, is_dummy=True)
+    codec = SnacCodec(build_snac(snac_cfg), device=device, dtype=DTYPES[args.snac_dtype],
+                      noise=False, compile_mode=args.snac_compile, is_dummy=True)
     engine = LLMEngine(lm, EngineConfig(n_slots=n_slots, max_len=max_len,
                                         decode_mode=args.decode_mode))
-    tts = OrpheusTTS(engine, codec, ByteTokenizer(layout.bos), layout=layout,
+    tokenizer = ByteTokenizer(layout.bos) if args.smoke else SubwordStandIn(layout.bos, 128000)
+    tts = OrpheusTTS(engine, codec, tokenizer, layout=layout,
                      window=window_of(args.window), side_stream=args.side_stream)
     engine.runner.logits_processor = AudioTokenConstraint(layout, allow_stop=False)
     return tts
@@ -137,6 +155,31 @@ def run_streams(tts: OrpheusTTS, n: int, tokens: int, device: torch.device) -> d
     }
 
 
+def profile_steps(tts: OrpheusTTS, n: int, tokens: int, out: Path) -> None:
+    """Kernel and host-op table over 28 steady decode steps (4 frames, SNAC included)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ids = [tts.submit(TEXTS[i % len(TEXTS)], "tara", SamplingParams(max_tokens=tokens, seed=i))
+           for i in range(n)]
+    for _ in range(10):
+        tts.step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        for _ in range(28):
+            tts.step()
+        sync(tts.codec.device)
+    tts.run()
+    for i in ids:
+        tts.engine.release(i)
+        tts.utterances.pop(i)
+    events = prof.key_averages()
+    device_key = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    tables = [events.table(sort_by=key, row_limit=25)
+              for key in (device_key, "self_cpu_time_total")]
+    out.write_text(f"{n} streams, 28 decode steps\n\n" + "\n\n".join(tables))
+
+
 def time_call(fn, device: torch.device, reps: int) -> float:
     """Median ms of fn() over reps (device events on CUDA)."""
     times = []
@@ -156,23 +199,28 @@ def time_call(fn, device: torch.device, reps: int) -> float:
 
 
 def snac_microbench(args, device: torch.device, batches: list[int], frames: int) -> list[dict]:
-    """ms per batched window decode, eager vs compiled, and the compiled output's deviation."""
+    """ms per batched window decode for each codec variant, and its deviation from fp32 eager."""
     cfg = TINY_SNAC if args.smoke else SNAC_24KHZ
-    modes = ["none"] + ([args.snac_compile] if args.snac_compile != "none" else [])
-    codecs = {m: SnacCodec(build_snac(cfg), device=device, noise=False, compile_mode=m)
-              for m in modes}
+    variants = {"eager fp32": ("none", "fp32")}
+    if args.snac_compile != "none":
+        variants[f"compile:{args.snac_compile} fp32"] = (args.snac_compile, "fp32")
+    if args.snac_dtype != "fp32":
+        variants[f"compile:{args.snac_compile} {args.snac_dtype}"] = (args.snac_compile,
+                                                                      args.snac_dtype)
+    codecs = {name: SnacCodec(build_snac(cfg), device=device, dtype=DTYPES[dtype], noise=False,
+                              compile_mode=mode) for name, (mode, dtype) in variants.items()}
     rows = []
     for b in batches:
         codes = torch.randint(0, cfg["codebook_size"], (b, frames, 7))
-        ref = codecs["none"].decode(codes)
-        for mode, codec in codecs.items():
+        ref = codecs["eager fp32"].decode(codes)
+        for name, codec in codecs.items():
             for _ in range(3):
                 out = codec.decode(codes)
             ms = time_call(lambda c=codec, x=codes: c.decode(x), device, 2 if args.smoke else 20)
             err = float((out - ref).norm() / ref.norm())
-            rows.append({"streams": b, "snac": "eager" if mode == "none" else f"compile:{mode}",
-                         "window_frames": frames, "ms_per_call": ms, "ms_per_chunk": ms / b,
-                         "rel_err_vs_eager": err, "fallbacks": list(codec.fallbacks)})
+            rows.append({"streams": b, "snac": name, "window_frames": frames, "ms_per_call": ms,
+                         "ms_per_chunk": ms / b, "rel_err_vs_eager": err,
+                         "fallbacks": list(codec.fallbacks)})
     return rows
 
 
@@ -209,8 +257,10 @@ def markdown(result: dict) -> str:
     lines = [f"# Orpheus concurrent streams\n\n`{result['command']}`\n",
              f"Device: {result['device']}. LM: {result['lm']} (dummy weights, {result['dtype']}), "
              f"decode mode {result['decode_mode']}, cache {result['max_len']} positions. "
-             f"SNAC window {result['window']}, codec {result['snac_compile']}, side stream "
-             f"{result['side_stream']}. Real time = {REALTIME_TOKENS_PER_S:.1f} tokens/s.\n",
+             f"Prompt {result['prompt_tokens']} tokens. SNAC window {result['window']} "
+             f"(hop,left,right frames), codec {result['snac_compile']} {result['snac_dtype']}, "
+             f"side stream {result['side_stream']}. "
+             f"Real time = {REALTIME_TOKENS_PER_S:.1f} tokens/s.\n",
              "| streams | per-stream tok/s (min / p50) | aggregate tok/s | TTFA p50 / p95 ms | "
              "step p50 ms | SNAC share |", "|---|---|---|---|---|---|"]
     for r in result["streams"]:
@@ -234,6 +284,12 @@ def markdown(result: dict) -> str:
     if result["fallbacks"]:
         lines += ["", "Fallbacks: " + "; ".join(result["fallbacks"])]
     return "\n".join(lines) + "\n"
+
+
+def prompt_len(tts: OrpheusTTS) -> int:
+    from lab.models.orpheus import format_prompt
+
+    return len(format_prompt(tts.tokenizer, TEXTS[0], "tara", tts.layout))
 
 
 def targets(rows: list[dict]) -> dict:
@@ -267,17 +323,26 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> dict:
     max_len = args.max_len or tokens + 128
     tts = build(args, device, max(streams), max_len)
     tts.engine.runner.warmup()
-    run_streams(tts, max(streams), 7 * 6, device)  # compile codec shapes, warm allocators
+    # Compile the codec for every batch and window length a run meets (first chunks grow to the
+    # full window, last ones flush), and warm the allocators, before anything is timed.
+    warm_tokens = min(tokens, 7 * (window_of(args.window).frames + 3))
+    for n in (max(streams), 1):
+        run_streams(tts, n, warm_tokens, device)
     rows = []
     for n in streams:
         rows.append(run_streams(tts, n, tokens, device))
         print(json.dumps(rows[-1]), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.profile:
+        profile_steps(tts, max(streams), tokens, out / "orpheus_streams_profile.txt")
     window = window_of(args.window)
     result = {
         "command": command, "device": torch.cuda.get_device_name() if device.type == "cuda"
         else "cpu", "lm": "tiny-llama" if args.smoke else "orpheus-3b", "dtype": args.dtype,
         "decode_mode": tts.engine.runner.decoder.mode, "max_len": max_len,
-        "window": args.window, "snac_compile": args.snac_compile, "side_stream": args.side_stream,
+        "window": args.window, "snac_compile": args.snac_compile, "snac_dtype": args.snac_dtype,
+        "side_stream": args.side_stream, "prompt_tokens": prompt_len(tts),
         "streams": rows,
         "snac": snac_microbench(args, device, [1, 4] if args.smoke else [1, 16, 64],
                                 window.frames),
@@ -285,8 +350,6 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "fallbacks": tts.engine.fallbacks + tts.codec.fallbacks,
     }
     result["targets"] = targets(rows)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     name = "orpheus_streams_smoke" if args.smoke else "orpheus_streams"
     (out / f"{name}.json").write_text(json.dumps(result, indent=2))
     (out / f"{name}.md").write_text(markdown(result))

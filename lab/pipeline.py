@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import resource
 import sys
-import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
@@ -17,12 +16,9 @@ import numpy as np
 import torch
 
 from lab.config import ConfigError, PipelineConfig
-from lab.frontend import prepare
 from lab.metrics.events import events
 from lab.metrics.timers import StageTimer
 from lab.models.piper_backend import PiperBackend
-from lab.models.piper_voice import load_voice
-from lab.models.precision import prepare_model
 from lab.quant.precision import weight_bytes
 
 SENTENCE_GAP_S = 0.12
@@ -73,23 +69,22 @@ def _peak_memory_mb(device: torch.device) -> float:
     return rss / 2**20 if sys.platform == "darwin" else rss / 1024
 
 
+def load_backend(config: PipelineConfig, device: torch.device):
+    """The family's backend: it turns text into units (sentences) and units into audio."""
+    if config.family == "orpheus":
+        from lab.models.orpheus_backend import OrpheusBackend
+
+        return OrpheusBackend(config, device)
+    return PiperBackend.load(config, device)
+
+
 class Pipeline:
     def __init__(self, config: PipelineConfig | None = None) -> None:
         self.config = config or PipelineConfig()
         self.device = resolve_device(self.config.device)
-        if self.config.family != "piper-vits":
-            raise ConfigError(
-                f"family {self.config.family!r} is served by lab.engine (see OrpheusPipeline); "
-                "Pipeline runs 'piper-vits'")
-        voice = load_voice(self.config.model)
-        self.settings = voice.settings
-        self.fallbacks = prepare_model(voice.model, self.config, self.device)
-        self.backend = PiperBackend(voice, self.config, self.device)
+        self.backend = load_backend(self.config, self.device)
+        self.fallbacks = list(self.backend.fallbacks)
         self.sample_rate = self.backend.sample_rate
-
-    def _prepare(self, text: str):
-        return prepare(text, self.settings.phoneme_id_map, self.settings.espeak_voice,
-                       self.config.max_chars)
 
     def _seeds(self, n: int) -> list[int]:
         return [self.config.seed * 1000 + 2 * i for i in range(n)]
@@ -107,11 +102,13 @@ class Pipeline:
                 warnings: list[str]) -> Synthesis:
         total_ms = timer.since_start()
         audio_s = len(audio) / self.sample_rate
+        tokens = self.backend.tokens
         metrics = SynthesisMetrics(
             stages=timer.results(), ttfb_ms=ttfb_ms, total_ms=total_ms, audio_seconds=audio_s,
             rtf=total_ms / 1000 / audio_s if audio_s else float("inf"),
             audio_seconds_per_second=audio_s / (total_ms / 1000) if total_ms else 0.0,
-            peak_memory_mb=_peak_memory_mb(self.device))
+            peak_memory_mb=_peak_memory_mb(self.device),
+            tokens_per_second=None if tokens is None else tokens / (total_ms / 1000))
         events.record("synthesis", ttfb_ms=ttfb_ms, total_ms=total_ms, rtf=metrics.rtf,
                       audio_seconds=audio_s, family=self.config.family, dtype=self.config.dtype,
                       device=self.device.type)
@@ -133,74 +130,61 @@ class Pipeline:
         that want the numbers once the last chunk has played.
         """
         timer = StageTimer(self.device)
-        prepared = self._timed_prepare(text, timer)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        units, warnings = self._timed_prepare(text, timer)
         chunks = []
-        for chunk in self._stream(text, timer, prepared):
+        for chunk in self._stream(timer, units):
             chunks.append(chunk)
             yield chunk
         audio = np.concatenate([c.audio for c in chunks]).astype(np.float32)
-        return self._finish(text, audio, timer, chunks[0].elapsed_ms, prepared.warnings)
+        return self._finish(text, audio, timer, chunks[0].elapsed_ms, warnings)
 
-    def _timed_prepare(self, text: str, timer: StageTimer):
+    def _timed_prepare(self, text: str, timer: StageTimer) -> tuple[list, list[str]]:
         with timer.stage("text_to_tokens"):
-            return self._prepare(text)
+            return self.backend.prepare(text)
 
-    def _stream(self, text: str, timer: StageTimer, prepared) -> Iterator[AudioChunk]:
+    def _stream(self, timer: StageTimer, units: list) -> Iterator[AudioChunk]:
         index = 0
-        seeds = self._seeds(len(prepared.sentences))
-        for i, (sentence, seed) in enumerate(zip(prepared.sentences, seeds, strict=True)):
+        for i, (unit, seed) in enumerate(zip(units, self._seeds(len(units)), strict=True)):
             if i:
                 yield AudioChunk(self._gap(), index, timer.since_start(), self.sample_rate)
                 index += 1
-            for piece in self.backend.stream(sentence.ids, seed, timer):
+            for piece in self.backend.stream(unit, seed, timer):
                 if len(piece):
                     yield AudioChunk(piece, index, timer.since_start(), self.sample_rate)
                     index += 1
 
     def synthesize(self, text: str) -> Synthesis:
         """Whole-utterance synthesis; streams internally when the config asks for streaming."""
+        if not self.config.stream:
+            return self.synthesize_batch([text])[0]
+        stream = self.stream(text)
+        while True:
+            try:
+                next(stream)
+            except StopIteration as done:
+                return done.value
+
+    def synthesize_batch(self, texts: list[str]) -> list[Synthesis]:
+        """Several texts at once, their sentences batched by the backend.
+
+        Every sentence keeps the noise (or sampling seed) it would get alone, so each output
+        equals synthesizing that text by itself. Timings are for the whole batch.
+        """
         timer = StageTimer(self.device)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        prepared = self._timed_prepare(text, timer)
-        if self.config.stream:
-            chunks = list(self._stream(text, timer, prepared))
-            audio = np.concatenate([c.audio for c in chunks]).astype(np.float32)
-            ttfb = chunks[0].elapsed_ms
-        else:
-            pieces = self._batched([s.ids for s in prepared.sentences], timer)
-            audio = self._join(pieces)
-            ttfb = timer.since_start()
-        return self._finish(text, audio, timer, ttfb, prepared.warnings)
-
-    def _batched(self, ids: list[list[int]], timer: StageTimer,
-                 seeds: list[int] | None = None) -> list[np.ndarray]:
-        seeds = self._seeds(len(ids)) if seeds is None else seeds
-        size = self.config.batch_size
-        out: list[np.ndarray] = []
-        for start in range(0, len(ids), size):
-            out += self.backend.synthesize(ids[start : start + size], seeds[start : start + size],
-                                           timer)
-        return out
-
-    def synthesize_batch(self, texts: list[str]) -> list[Synthesis]:
-        """Several texts at once, padded into batches of `batch_size` sentences.
-
-        Every sentence keeps the noise it would get alone, so each output equals synthesizing
-        that text by itself. Timings are for the whole batch, shared by its members.
-        """
-        timer = StageTimer(self.device)
-        started = time.perf_counter()
         prepared = [self._timed_prepare(t, timer) for t in texts]
-        ids, seeds, owner = [], [], []
-        for n, p in enumerate(prepared):
-            ids += [s.ids for s in p.sentences]
-            seeds += self._seeds(len(p.sentences))
-            owner += [n] * len(p.sentences)
-        pieces = self._batched(ids, timer, seeds)
-        ttfb = (time.perf_counter() - started) * 1000
+        units, seeds, owner = [], [], []
+        for n, (text_units, _) in enumerate(prepared):
+            units += text_units
+            seeds += self._seeds(len(text_units))
+            owner += [n] * len(text_units)
+        pieces = self.backend.synthesize(units, seeds, timer)
+        ttfb = timer.since_start()
         per_text: list[list[np.ndarray]] = [[] for _ in texts]
         for n, piece in zip(owner, pieces, strict=True):
             per_text[n].append(piece)
-        return [self._finish(t, self._join(a), timer, ttfb, p.warnings)
-                for t, a, p in zip(texts, per_text, prepared, strict=True)]
+        return [self._finish(t, self._join(a), timer, ttfb, warnings)
+                for t, a, (_, warnings) in zip(texts, per_text, prepared, strict=True)]

@@ -23,6 +23,8 @@ __all__ = [
     "PreparedText",
     "Sentence",
     "TextError",
+    "check_text",
+    "is_speakable",
     "list_sentence_sets",
     "normalize_text",
     "phoneme_ids",

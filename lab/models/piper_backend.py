@@ -14,8 +14,10 @@ import numpy as np
 import torch
 
 from lab.config import PipelineConfig
+from lab.frontend import prepare
 from lab.metrics.timers import StageTimer
-from lab.models.piper_voice import PiperVoice
+from lab.models.piper_voice import PiperVoice, load_voice
+from lab.models.precision import prepare_model
 from lab.stream import Crossfader, plan_windows
 
 
@@ -44,6 +46,12 @@ class PiperBackend:
         self.sample_rate = voice.settings.sample_rate
         self.hop = self.model.hop_length
         self.channels = self.model.hyper.channels
+        self.fallbacks = prepare_model(self.model, config, device)
+        self.tokens = None
+
+    @classmethod
+    def load(cls, config: PipelineConfig, device: torch.device) -> PiperBackend:
+        return cls(load_voice(config.model), config, device)
 
     def _noise(self, seeds: list[int], shape: tuple[int, ...], lengths: list[int],
                scale: float) -> torch.Tensor:
@@ -72,9 +80,24 @@ class PiperBackend:
                                       self.scales.noise)
                 return self.model.latents(mean, log_std, frames, z_noise)
 
+    def prepare(self, text: str) -> tuple[list[list[int]], list[str]]:
+        """Text -> phoneme ids per sentence, plus notes for the user."""
+        s = self.voice.settings
+        prepared = prepare(text, s.phoneme_id_map, s.espeak_voice, self.config.max_chars)
+        return prepared.ids, prepared.warnings
+
     def synthesize(self, ids: list[list[int]], seeds: list[int],
                    timer: StageTimer) -> list[np.ndarray]:
-        """One-shot: decode every sentence's latents at once; one array per sentence."""
+        """One-shot synthesis in padded batches of `batch_size` sentences."""
+        size = self.config.batch_size
+        out: list[np.ndarray] = []
+        for start in range(0, len(ids), size):
+            out += self._batch(ids[start : start + size], seeds[start : start + size], timer)
+        return out
+
+    def _batch(self, ids: list[list[int]], seeds: list[int],
+               timer: StageTimer) -> list[np.ndarray]:
+        """Decode every sentence's latents at once; one array per sentence."""
         latents = self.latents(ids, seeds, timer)
         with torch.inference_mode(), timer.stage("vocoder"):
             audio = self.model.vocode(latents.z, latents.mask)

@@ -1,0 +1,32 @@
+"""The autoregressive engine: model, caches, weights, generation loop and decode graphs."""
+
+from lab.engine.cache import CACHE_MODES, DynamicKVCache, StaticKVCache, make_cache
+from lab.engine.generate import GenerationResult, StepClock, generate, greedy
+from lab.engine.graphs import BUCKETS, MODES, GraphedDecoder, decode_mode
+from lab.engine.hf_baseline import hf_config, hf_generate, to_hf_model
+from lab.engine.llm import LM, LM_SHAPES, Llama3RopeScaling, LMConfig
+from lab.engine.weights import WeightsError, load_lm
+
+__all__ = [
+    "BUCKETS",
+    "CACHE_MODES",
+    "LM",
+    "LM_SHAPES",
+    "MODES",
+    "DynamicKVCache",
+    "GenerationResult",
+    "GraphedDecoder",
+    "LMConfig",
+    "Llama3RopeScaling",
+    "StaticKVCache",
+    "StepClock",
+    "WeightsError",
+    "decode_mode",
+    "generate",
+    "greedy",
+    "hf_config",
+    "hf_generate",
+    "load_lm",
+    "make_cache",
+    "to_hf_model",
+]

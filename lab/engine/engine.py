@@ -1,0 +1,178 @@
+"""The serving loop: requests in, one step at a time, new tokens out.
+
+`step()` is the whole engine: admit and prefill (in chunks) whoever the scheduler lets in, launch
+one decode step over every running request, then take in the tokens of the previous step, apply
+stop rules, free finished slots, and report what each request produced. Callers that stream (a
+codec turning tokens into audio) call `step()` themselves and consume each `StepOutput` as it
+comes; `generate()` is the batch form.
+
+The device runs one step ahead of the host: step k's tokens feed step k+1 on the device while
+the host applies stop rules to them and hands them to the codec. The price is that a request
+that stops at step k has one wasted row in step k+1; the gain is that host bookkeeping no longer
+leaves the device idle between steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from lab.config import PipelineConfig
+from lab.engine.graphs import decode_mode
+from lab.engine.request import Request, RequestError, SamplingParams, StepOutput
+from lab.engine.runner import LogitsProcessor, ModelRunner, PendingTokens
+from lab.engine.scheduler import POLICIES, Scheduler, SchedulerConfig
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Serving shape: `n_slots` concurrent requests of at most `max_len` tokens each."""
+
+    n_slots: int = 16
+    max_len: int = 2048
+    prefill_chunk: int = 512
+    prefill_budget: int = 4096
+    policy: str = "continuous"
+    decode_mode: str = "eager"
+    buckets: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_pipeline(cls, cfg: PipelineConfig, *, n_slots: int | None = None,
+                      max_len: int = 2048) -> EngineConfig:
+        """Engine settings for a pipeline config (slots default to its batch size)."""
+        return cls(n_slots=n_slots or cfg.batch_size, max_len=max_len,
+                   policy=POLICIES[0] if cfg.continuous_batching else POLICIES[1],
+                   decode_mode=decode_mode(cfg.compile, cfg.cuda_graphs))
+
+
+@dataclass
+class EngineStats:
+    """Counters that show where the time goes: idle rows are decode work thrown away."""
+
+    steps: int = 0
+    prefill_tokens: int = 0
+    decode_steps: int = 0
+    decode_rows: int = 0
+    active_rows: int = 0
+    generated: int = 0
+
+    @property
+    def row_utilisation(self) -> float:
+        return self.active_rows / self.decode_rows if self.decode_rows else 0.0
+
+
+class LLMEngine:
+    """Continuous (or static) batching over one LM with a static slot cache."""
+
+    def __init__(self, model, config: EngineConfig | None = None, *,
+                 logits_processor: LogitsProcessor | None = None) -> None:
+        self.config = config or EngineConfig()
+        c = self.config
+        self.scheduler = Scheduler(SchedulerConfig(
+            n_slots=c.n_slots, max_len=c.max_len, prefill_chunk=c.prefill_chunk,
+            prefill_budget=c.prefill_budget, policy=c.policy))
+        self.runner = ModelRunner(model, n_slots=c.n_slots, max_len=c.max_len,
+                                  decode_mode=c.decode_mode, buckets=c.buckets,
+                                  logits_processor=logits_processor)
+        self.vocab_size = model.cfg.vocab_size
+        self.requests: dict[str, Request] = {}
+        self.stats = EngineStats()
+        self._pending: list[PendingTokens] = []
+
+    @property
+    def fallbacks(self) -> list[str]:
+        return self.runner.fallbacks
+
+    def add_request(self, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
+                    request_id: str | None = None) -> str:
+        """Queue a request; returns its id. Bad input raises RequestError and queues nothing."""
+        ids = [int(t) for t in prompt_ids]
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise RequestError(f"prompt token {bad[0]} is outside the vocabulary "
+                               f"(0..{self.vocab_size - 1})")
+        if request_id is not None and request_id in self.requests:
+            raise RequestError(f"request id {request_id!r} is already in use")
+        request = Request(ids, sampling or SamplingParams(), request_id=request_id or "")
+        self.scheduler.add(request)
+        self.requests[request.request_id] = request
+        return request.request_id
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request now and free its slot; False when it is unknown or already done."""
+        return self.scheduler.abort(request_id) is not None
+
+    def release(self, request_id: str) -> Request:
+        """Hand back a finished request's record and forget it (a long-lived server calls this
+        once it has consumed the outputs, so finished requests do not pile up)."""
+        request = self.requests.get(request_id)
+        if request is None or not request.is_finished:
+            raise RequestError(f"request {request_id!r} is unknown or still running")
+        return self.requests.pop(request_id)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work or bool(self._pending)
+
+    def step(self) -> list[StepOutput]:
+        """Launch this step's prefill and decode, then retire the previous step's tokens."""
+        launched: list[PendingTokens] = []
+        chunks = self.scheduler.plan_prefill()
+        completed = self.runner.prefill(chunks)
+        for chunk in chunks:
+            self.scheduler.prefilled(chunk)
+            self.stats.prefill_tokens += chunk.stop - chunk.start
+        if completed:
+            ready = list(completed)
+            logits = torch.stack([completed[r] for r in ready])
+            launched.append(self._launch(ready, logits))
+        batch = [r for r in self.scheduler.decode_batch() if r.can_launch and r.n_launched]
+        if batch:
+            rows = self.scheduler.decode_rows()
+            launched.append(self._launch(batch, self.runner.decode(batch, rows)))
+            self.stats.decode_steps += 1
+            self.stats.decode_rows += rows
+            self.stats.active_rows += len(batch)
+        self.stats.steps += 1
+        previous, self._pending = self._pending, launched
+        return self._retire(previous)
+
+    def _launch(self, requests: list[Request], logits: torch.Tensor) -> PendingTokens:
+        pending = self.runner.sample(requests, logits)
+        for request in requests:
+            request.n_launched += 1
+        return pending
+
+    def _retire(self, pending: list[PendingTokens]) -> list[StepOutput]:
+        """Hand sampled tokens to their requests; a request finished meanwhile drops its own."""
+        outputs: dict[str, StepOutput] = {}
+        for flight in pending:
+            for request, token in zip(flight.requests, flight.wait(), strict=True):
+                if request.is_finished:
+                    continue
+                request.append(token)
+                self.stats.generated += 1
+                out = outputs.setdefault(request.request_id, StepOutput(request.request_id))
+                out.token_ids.append(token)
+                out.n_generated = len(request.output_ids)
+                if self.scheduler.after_token(request):
+                    out.finished, out.finish_reason = True, request.finish_reason
+        return list(outputs.values())
+
+    def iterate(self) -> Iterator[list[StepOutput]]:
+        """Step until every queued request has finished, yielding each step's outputs."""
+        while self.has_unfinished():
+            yield self.step()
+
+    def generate(self, prompts: Sequence[Sequence[int]],
+                 sampling: SamplingParams | Sequence[SamplingParams] | None = None
+                 ) -> list[list[int]]:
+        """Generated tokens per prompt, in prompt order (runs everything queued to the end)."""
+        params = sampling if isinstance(sampling, Sequence) else [sampling] * len(prompts)
+        if len(params) != len(prompts):
+            raise RequestError(f"{len(params)} sampling settings for {len(prompts)} prompts")
+        ids = [self.add_request(p, s) for p, s in zip(prompts, params, strict=True)]
+        for _ in self.iterate():
+            pass
+        return [self.release(i).output_ids for i in ids]

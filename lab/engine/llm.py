@@ -1,0 +1,293 @@
+"""A decoder-only transformer (Llama / Qwen2 family) written for fast autoregressive decode.
+
+The same module runs every rung of the speed ladder: no cache (recompute the prefix), a growing
+cache like Hugging Face's, and a static slot cache whose decode step can be captured as a CUDA
+graph. Shapes follow the published configs so real checkpoints load (see `weights.py`); the
+projections are fused (q|k|v and gate|up) so a decode step launches fewer, larger matmuls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lab.engine.cache import write_static
+
+
+@dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama 3.x long-context RoPE: low frequencies are slowed by `factor`, high ones kept."""
+
+    factor: float = 32.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    intermediate_size: int
+    rope_base: float = 500000.0
+    norm_eps: float = 1e-5
+    qkv_bias: bool = False
+    tie_embeddings: bool = False
+    max_seq_len: int = 4096
+    rope_scaling: Llama3RopeScaling | None = None
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim={self.dim} is not a multiple of n_heads={self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def n_params(self) -> int:
+        """Parameter count, without building the model (tied heads counted once)."""
+        hd = self.head_dim
+        qkv = self.dim * (self.n_heads + 2 * self.n_kv_heads) * hd
+        if self.qkv_bias:
+            qkv += (self.n_heads + 2 * self.n_kv_heads) * hd
+        layer = qkv + self.dim * self.dim + 3 * self.dim * self.intermediate_size + 2 * self.dim
+        head = 0 if self.tie_embeddings else self.vocab_size * self.dim
+        return self.vocab_size * self.dim + self.n_layers * layer + self.dim + head
+
+
+LM_SHAPES: dict[str, LMConfig] = {
+    # Orpheus 3B: Llama-3.2-3B with the vocabulary grown for 7 x 4096 SNAC audio codes.
+    "orpheus-3b": LMConfig(
+        vocab_size=156940, dim=3072, n_layers=28, n_heads=24, n_kv_heads=8,
+        intermediate_size=8192, rope_base=500000.0, norm_eps=1e-5,
+        rope_scaling=Llama3RopeScaling(),
+    ),
+    # Spark-TTS 0.5B: Qwen2.5-0.5B with BiCodec tokens added to the vocabulary.
+    "spark-0.5b": LMConfig(
+        vocab_size=166000, dim=896, n_layers=24, n_heads=14, n_kv_heads=2,
+        intermediate_size=4864, rope_base=1000000.0, norm_eps=1e-6, qkv_bias=True,
+        tie_embeddings=True,
+    ),
+    "tiny-llama": LMConfig(
+        vocab_size=320, dim=64, n_layers=3, n_heads=4, n_kv_heads=2, intermediate_size=160,
+        max_seq_len=512, rope_scaling=Llama3RopeScaling(original_max_position=64),
+    ),
+    "tiny-qwen2": LMConfig(
+        vocab_size=300, dim=64, n_layers=2, n_heads=4, n_kv_heads=1, intermediate_size=128,
+        rope_base=1000000.0, norm_eps=1e-6, qkv_bias=True, tie_embeddings=True, max_seq_len=512,
+    ),
+}
+
+
+def rope_inv_freq(cfg: LMConfig) -> torch.Tensor:
+    """Inverse frequencies of the rotary embedding, with Llama-3 scaling when configured."""
+    hd = cfg.head_dim
+    inv_freq = 1.0 / cfg.rope_base ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+    s = cfg.rope_scaling
+    if s is None:
+        return inv_freq
+    wavelen = 2 * math.pi / inv_freq
+    long_wavelen = s.original_max_position / s.low_freq_factor
+    short_wavelen = s.original_max_position / s.high_freq_factor
+    slowed = torch.where(wavelen > long_wavelen, inv_freq / s.factor, inv_freq)
+    ramp = (s.original_max_position / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor
+    )
+    blended = (1 - ramp) * slowed / s.factor + ramp * slowed
+    in_between = (wavelen >= short_wavelen) & (wavelen <= long_wavelen)
+    return torch.where(in_between, blended, slowed)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the two halves of each head (the layout HF checkpoints are trained with).
+
+    With `cos` = [c, c] and `sin` = [-s, s] over the head dim this is x*cos + swap(x)*sin:
+    three kernels, where the textbook form launches seven - it matters at batch 1.
+    """
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), sin)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        out = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+        self.qkv = nn.Linear(cfg.dim, out, bias=cfg.qkv_bias)
+        self.o = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, bias, positions, slot_index, contiguous, kv):
+        b, t, _ = x.shape
+        hd, kvh, nh = self.head_dim, self.n_kv_heads, self.n_heads
+        qkv = self.qkv(x).reshape(b, t, nh + 2 * kvh, hd)
+        qk = apply_rope(qkv[:, :, : nh + kvh], cos, sin)  # q and k heads rotated together
+        q, k = qk[:, :, :nh], qk[:, :, nh:].transpose(1, 2)
+        v = qkv[:, :, nh + kvh :].transpose(1, 2)
+        if isinstance(kv, tuple):
+            k, v = write_static(kv[0], kv[1], k, v, positions, slot_index, contiguous)
+        elif kv is not None:
+            k, v = kv.update(k, v)
+        # Grouped-query attention without copying K/V per query head: the `group` query heads
+        # that share a KV head are stacked along the query axis, which shares that row's mask.
+        group = nh // kvh
+        q = q.transpose(1, 2).reshape(b, kvh, group * t, hd)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        y = y.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
+        return self.o(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    """One transformer layer. It takes its cache slice as tensors, not a layer index, so all
+    layers look alike to torch.compile and share one compiled version."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, bias, positions, slot_index, contiguous, kv):
+        h = self.attn_norm(x)
+        x = x + self.attn(h, cos, sin, bias, positions, slot_index, contiguous, kv)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def attention_bias(positions, key_positions, group: int, dtype) -> torch.Tensor:
+    """Additive mask [B, 1, group*T, L]: a query sees keys at positions <= its own.
+
+    Keys are indexed by position (static and dynamic caches) or are the tokens themselves
+    (no cache), so one comparison covers every cache mode, and slots holding stale K/V beyond
+    a request's position are never read. Built once per forward, shared by all layers.
+    """
+    allowed = key_positions.unsqueeze(-2) <= positions.unsqueeze(-1)  # [B, T, L]
+    b, t, n = allowed.shape
+    allowed = allowed.unsqueeze(1).expand(b, group, t, n).reshape(b, 1, group * t, n)
+    return torch.where(allowed, torch.zeros((), dtype=dtype, device=allowed.device), -torch.inf)
+
+
+def call_block(block: Block, *args) -> torch.Tensor:
+    return block(*args)
+
+
+def call_head(norm: RMSNorm, head: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return head(norm(x))
+
+
+class LM(nn.Module):
+    """Token ids and positions in, next-token logits out; see the module docstring."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.is_dummy = False
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        shape = (cfg.max_seq_len, cfg.head_dim)
+        self.register_buffer("rope_cos", torch.empty(shape), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(shape), persistent=False)
+        if self.rope_cos.device.type != "meta":
+            self.reset_rope()
+
+    def reset_rope(self) -> None:
+        """(Re)compute the rotary tables in fp32, then store them in the buffers' dtype.
+
+        Needed after building on the meta device, and after casting the model down and up
+        again (a bf16 round trip would otherwise leave coarse angles behind).
+        """
+        device, dtype = self.embed.weight.device, self.rope_cos.dtype
+        inv_freq = rope_inv_freq(self.cfg).to(device)
+        angles = torch.outer(torch.arange(self.cfg.max_seq_len, device=device).float(), inv_freq)
+        cos, sin = angles.cos(), angles.sin()
+        self.rope_cos = torch.cat((cos, cos), dim=-1).to(dtype)
+        self.rope_sin = torch.cat((-sin, sin), dim=-1).to(dtype)
+
+    def tie_weights(self) -> None:
+        if self.cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache=None,
+        rows: torch.Tensor | None = None,
+        last_only: bool = False,
+        *,
+        block_fn=call_block,
+        head_fn=call_head,
+    ) -> torch.Tensor:
+        """Logits [B, T, V] (or [B, 1, V] with `last_only`, which skips the head for the prompt).
+
+        `cache=None` attends causally over the given tokens only. With a `StaticKVCache`, batch
+        row b uses cache row b when `rows` is None (a view, safe to capture in a CUDA graph) or
+        cache row `rows[b]` otherwise. With a `DynamicKVCache`, batch rows are its rows.
+        `block_fn` / `head_fn` run each layer and the head: compiled versions go here.
+        """
+        _check_inputs(tokens, positions, cache, rows)
+        b, t = tokens.shape
+        if cache is None:
+            key_positions = positions
+        else:
+            key_positions = torch.arange(cache.kv_len(t), device=tokens.device)
+        x = self.embed(tokens)
+        group = self.cfg.n_heads // self.cfg.n_kv_heads
+        bias = attention_bias(positions, key_positions, group, x.dtype)
+        slot_index = rows if rows is not None else torch.arange(b, device=tokens.device)
+        cos = self.rope_cos[positions].unsqueeze(2).to(x.dtype)
+        sin = self.rope_sin[positions].unsqueeze(2).to(x.dtype)
+        for i, block in enumerate(self.layers):
+            kv = None if cache is None else cache.layer_kv(i)
+            x = block_fn(block, x, cos, sin, bias, positions, slot_index, rows is None, kv)
+        if last_only:
+            x = x[:, -1:]
+        return head_fn(self.norm, self.lm_head, x)
+
+
+def _check_inputs(tokens, positions, cache, rows) -> None:
+    """Shape checks only: value checks would force a host sync inside a captured graph."""
+    if tokens.dim() != 2 or tokens.shape != positions.shape:
+        raise ValueError(
+            f"tokens and positions must both be [B, T]; got {tuple(tokens.shape)} and "
+            f"{tuple(positions.shape)}"
+        )
+    if rows is not None and (rows.dim() != 1 or rows.shape[0] != tokens.shape[0]):
+        raise ValueError(f"rows must be [B]={tokens.shape[0]}; got {tuple(rows.shape)}")
+    if cache is not None:
+        cache.check_batch(tokens.shape[0], rows)

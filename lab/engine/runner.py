@@ -1,0 +1,162 @@
+"""Run the model for a step's prefill chunks and decode batch, and sample the next tokens.
+
+The runner owns the device state of serving: the static KV cache (one row per slot), the decode
+step (eager, CUDA graph or compiled, via GraphedDecoder), each slot's newest token and a per-slot
+mask of tokens already seen (for the repetition penalty). It never decides who runs; the
+scheduler does.
+
+Nothing here waits for the device. A sampled token goes straight into its slot's entry of
+`last_token`, which is the next decode step's input, and reaches the host through a pinned copy
+(`PendingTokens`) that the engine reads one step later, while the device already computes the
+next step. Host-built inputs (positions, sampling settings) travel by pinned, non-blocking
+copies for the same reason.
+
+Cache position `max_len - 1` is scratch: the scheduler only admits requests whose prompt and
+output fit below it, so padded prefill tokens and the idle rows of a decode batch all write
+there, where no live request ever reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from lab.engine.cache import StaticKVCache
+from lab.engine.graphs import GraphedDecoder
+from lab.engine.request import Request
+from lab.engine.sampler import Candidates, SamplingBatch, sample
+from lab.engine.scheduler import PrefillChunk
+from lab.engine.slots import default_buckets
+
+LogitsProcessor = Callable[[torch.Tensor, list[Request]], torch.Tensor | Candidates]
+"""Edits the logits [n, V] of the listed requests before sampling, or narrows them to a per-row
+shortlist of token ids (a family that may only emit codec tokens in a fixed order). It sees
+each request as it is at launch: `n_launched` tokens sampled so far."""
+
+
+def to_device(data, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list as a device tensor without stalling the host on queued device work."""
+    host = torch.tensor(data, dtype=dtype)
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+class PendingTokens:
+    """Tokens sampled on the device for `requests`, on their way to the host."""
+
+    def __init__(self, requests: list[Request], tokens: torch.Tensor) -> None:
+        self.requests = requests
+        if tokens.device.type == "cuda":
+            self._host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+            self._host.copy_(tokens, non_blocking=True)
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+        else:
+            self._host, self._ready = tokens, None
+
+    def wait(self) -> list[int]:
+        if self._ready is not None:
+            self._ready.synchronize()
+        return self._host.tolist()
+
+class ModelRunner:
+    """Prefill, decode and sample over one LM and its static slot cache."""
+
+    def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str = "eager",
+                 buckets: tuple[int, ...] | None = None,
+                 logits_processor: LogitsProcessor | None = None) -> None:
+        self.model = model
+        cfg = model.cfg
+        weight = model.embed.weight
+        self.device, self.dtype = weight.device, weight.dtype
+        if max_len > cfg.max_seq_len:
+            raise ValueError(f"max_len={max_len} exceeds the model's max_seq_len={cfg.max_seq_len}")
+        self.cache = StaticKVCache(cfg.n_layers, n_slots, max_len, cfg.n_kv_heads, cfg.head_dim,
+                                   self.dtype, self.device)
+        self.max_len = max_len
+        self.decoder = GraphedDecoder(model, self.cache, decode_mode,
+                                      buckets or default_buckets(n_slots))
+        self.seen = torch.zeros(n_slots, cfg.vocab_size, dtype=torch.bool, device=self.device)
+        self.last_token = torch.zeros(n_slots, dtype=torch.long, device=self.device)
+        # Index assignment from a Python scalar copies it host->device and waits for the
+        # device; a device-resident True does not.
+        self._true = torch.ones((), dtype=torch.bool, device=self.device)
+        self.logits_processor = logits_processor
+
+    @property
+    def fallbacks(self) -> list[str]:
+        return self.decoder.fallbacks
+
+    def warmup(self) -> None:
+        """Capture or compile every decode bucket now, so no request pays for it later."""
+        self.decoder.capture()
+
+    @torch.inference_mode()
+    def prefill(self, chunks: list[PrefillChunk]) -> dict[Request, torch.Tensor]:
+        """Write the chunks' prompt tokens into their slots in one batched forward.
+
+        Chunks are left-padded to the longest, so every row's real last token sits in the last
+        column and `last_only` logits serve all rows. Returns last-token logits [V] for the
+        requests whose prompt is now complete.
+        """
+        if not chunks:
+            return {}
+        width = max(c.stop - c.start for c in chunks)
+        scratch = self.max_len - 1
+        tokens = [[0] * (width - len(c.tokens)) + c.tokens for c in chunks]
+        positions = [[scratch] * (width - (c.stop - c.start)) + list(range(c.start, c.stop))
+                     for c in chunks]
+        for chunk in chunks:
+            if chunk.start == 0:
+                self._reset_seen(chunk.request)
+        logits = self.model(to_device(tokens, torch.long, self.device),
+                            to_device(positions, torch.long, self.device), self.cache,
+                            rows=to_device([c.request.slot for c in chunks], torch.long,
+                                           self.device), last_only=True)
+        return {c.request: logits[row, -1] for row, c in enumerate(chunks) if c.completes_prompt}
+
+    def _reset_seen(self, request: Request) -> None:
+        row = self.seen[request.slot]
+        row.zero_()
+        row[to_device(request.prompt_ids, torch.long, self.device)] = self._true
+
+    @torch.inference_mode()
+    def decode(self, requests: list[Request], n_rows: int) -> torch.Tensor:
+        """Logits [len(requests), V] for each request's next token, in request order.
+
+        The batch covers cache rows [0, n_rows); its input tokens are the slots' newest tokens,
+        already on the device. Rows without a running request compute a throw-away token at
+        the scratch position.
+        """
+        positions = [self.max_len - 1] * n_rows
+        for r in requests:
+            positions[r.slot] = r.position
+        positions = to_device(positions, torch.long, self.device)[:, None]
+        logits = self.decoder(self.last_token[:n_rows, None], positions)
+        slots = to_device([r.slot for r in requests], torch.long, self.device)
+        return logits[slots, -1]
+
+    @torch.inference_mode()
+    def sample(self, requests: list[Request], logits: torch.Tensor) -> PendingTokens:
+        """Launch sampling of each request's next token (logits row i is requests[i]'s).
+
+        The tokens become their slots' next decode input and are marked seen on the device;
+        the host gets them from the returned PendingTokens.
+        """
+        slots = to_device([r.slot for r in requests], torch.long, self.device)
+        shortlist = None
+        if self.logits_processor is not None:
+            edited = self.logits_processor(logits, requests)
+            shortlist = edited if isinstance(edited, Candidates) else None
+            logits = logits if shortlist is not None else edited
+        seen = None
+        if any(r.sampling.repetition_penalty != 1.0 for r in requests):
+            seen = self.seen[slots] if shortlist is None else self.seen[slots[:, None],
+                                                                        shortlist.ids]
+        batch = SamplingBatch.from_requests(requests, self.device)
+        tokens = sample(logits, batch, seen, shortlist)
+        self.seen[slots, tokens] = self._true
+        self.last_token[slots] = tokens
+        return PendingTokens(requests, tokens)

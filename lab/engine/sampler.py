@@ -1,0 +1,125 @@
+"""Turn a batch of logits into one token per row, each row under its own sampling settings.
+
+Every filter is a row-wise tensor operation, so one call serves a batch of requests with mixed
+temperatures, top-k, top-p and penalties. Randomness enters as one uniform number per row, drawn
+from that request's own generator, and picks a token by inverting the row's cumulative
+distribution: a row's token depends only on its own logits, settings and random stream, which
+is what keeps a seeded request reproducible whoever shares its batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lab.engine.request import Request
+
+TOPK_CAP = 1024
+"""Rows with 0 < top_k <= TOPK_CAP select candidates with one top-k of this fixed size instead of
+a full-vocabulary sort. The size is fixed (not the batch maximum) so a row's candidate order never
+depends on its neighbours' settings."""
+
+
+@dataclass
+class Candidates:
+    """A shortlist of token ids per row, ascending, that sampling is restricted to.
+
+    A family that may only emit a known subset (Orpheus: the 4096 codes of the next frame
+    position, plus end-of-speech) hands this over instead of masking the full vocabulary, so
+    every sampling pass runs over K entries instead of V. `allowed` switches entries off per row.
+    """
+
+    ids: torch.Tensor                   # [B, K] int64, ascending per row
+    allowed: torch.Tensor | None = None  # [B, K] bool
+
+
+@dataclass
+class SamplingBatch:
+    """Row-wise sampling settings on the logits' device; row i belongs to `requests[i]`."""
+
+    temperature: torch.Tensor   # [B] float32, 0 = greedy
+    top_p: torch.Tensor         # [B] float32
+    top_k: torch.Tensor         # [B] int64, 0 = off
+    penalty: torch.Tensor       # [B] float32, 1 = off
+    uniforms: torch.Tensor      # [B] float64 in [0, 1)
+    cheap_topk: list[bool]      # per row: 0 < top_k <= TOPK_CAP (decided on the host, no sync)
+
+    @classmethod
+    def from_requests(cls, requests: list[Request], device: torch.device | str) -> SamplingBatch:
+        """Gather settings and draw each request's next uniform (advancing its stream)."""
+        params = [r.sampling for r in requests]
+        host = torch.tensor(
+            [[r.sampling.temperature, r.sampling.top_p, r.sampling.top_k,
+              r.sampling.repetition_penalty, r.next_uniform()] for r in requests],
+            dtype=torch.float64)
+        if torch.device(device).type == "cuda":
+            host = host.pin_memory().to(device, non_blocking=True)
+        cheap = [0 < p.top_k <= TOPK_CAP for p in params]
+        return cls(temperature=host[:, 0].float(), top_p=host[:, 1].float(),
+                   top_k=host[:, 2].long(), penalty=host[:, 3].float(), uniforms=host[:, 4],
+                   cheap_topk=cheap)
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor | None,
+                             penalty: torch.Tensor) -> torch.Tensor:
+    """Make already-seen tokens less likely: positive logits are divided by the penalty,
+    negative ones multiplied (the CTRL rule, as Hugging Face applies it)."""
+    if seen is None:
+        return logits
+    p = penalty[:, None]
+    penalised = torch.where(logits > 0, logits / p, logits * p)
+    return torch.where(seen, penalised, logits)
+
+
+def _candidates(scaled: torch.Tensor, cheap: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidate logits in descending order with their token ids, per row; rows whose top-k
+    fits under TOPK_CAP take one fixed-size top-k, the rest a full stable sort."""
+    cap = min(TOPK_CAP, scaled.shape[-1])
+    if all(cheap):
+        return _canonical(*torch.topk(scaled, cap, dim=-1))
+    small = torch.tensor(cheap, device=scaled.device)
+    values = torch.full_like(scaled, float("-inf"))
+    ids = torch.zeros(scaled.shape, dtype=torch.long, device=scaled.device)
+    values[~small], ids[~small] = torch.sort(scaled[~small], dim=-1, descending=True, stable=True)
+    if any(cheap):
+        values[small, :cap], ids[small, :cap] = _canonical(*torch.topk(scaled[small], cap, dim=-1))
+    return values, ids
+
+
+def _canonical(values: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Order candidates by value, ties by token id, so tie order never depends on which top-k
+    kernel the batch size selected."""
+    ids, by_id = ids.sort(dim=-1)
+    values, by_value = values.gather(-1, by_id).sort(dim=-1, descending=True, stable=True)
+    return values, ids.gather(-1, by_value)
+
+
+def sample(logits: torch.Tensor, batch: SamplingBatch, seen: torch.Tensor | None = None,
+           shortlist: Candidates | None = None) -> torch.Tensor:
+    """One token id per row of `logits` [B, V].
+
+    `seen` marks tokens to penalise, [B, V] or, with a `shortlist`, [B, K] over its ids.
+    """
+    if shortlist is not None:
+        logits = logits.gather(-1, shortlist.ids)
+        if shortlist.allowed is not None:
+            logits = logits.masked_fill(~shortlist.allowed, float("-inf"))
+    logits = apply_repetition_penalty(logits.float(), seen, batch.penalty)
+    greedy = logits.argmax(dim=-1)
+    temperature = batch.temperature.clamp_min(1e-5)[:, None]
+    values, ids = _candidates(logits / temperature, batch.cheap_topk)
+    rank = torch.arange(values.shape[-1], device=values.device)
+    k = torch.where(batch.top_k > 0, batch.top_k, values.shape[-1])
+    values = values.masked_fill(rank >= k[:, None], float("-inf"))
+    probs = torch.softmax(values, dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    probs = probs.masked_fill(mass_before >= batch.top_p[:, None], 0.0)
+    cdf = probs.double().cumsum(dim=-1)
+    target = (batch.uniforms * cdf[:, -1])[:, None]
+    pick = torch.searchsorted(cdf, target).clamp_max(values.shape[-1] - 1)
+    sampled = ids.gather(-1, pick).squeeze(-1)
+    tokens = torch.where(batch.temperature > 0, sampled, greedy)
+    if shortlist is not None:
+        tokens = shortlist.ids.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens

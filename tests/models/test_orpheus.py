@@ -1,0 +1,166 @@
+"""Orpheus adapter: prompt format, audio-token layout, constraint, and text -> streamed audio."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lab.config import PipelineConfig, SamplingConfig
+from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.llm import LM, LMConfig
+from lab.engine.request import Request, SamplingParams
+from lab.models.orpheus import (
+    ORPHEUS,
+    TINY_SNAC,
+    VOICES,
+    AudioTokenConstraint,
+    ByteTokenizer,
+    FrameAssembler,
+    OrpheusError,
+    OrpheusLayout,
+    OrpheusTTS,
+    format_prompt,
+    frames_from_tokens,
+    load_tokenizer,
+)
+from lab.models.snac_codec import SnacCodec, StreamWindow, build_snac
+
+LAYOUT = OrpheusLayout.compact(16)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_tts(**engine_kw) -> OrpheusTTS:
+    cfg = LMConfig(vocab_size=LAYOUT.vocab_needed, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                   intermediate_size=64, max_seq_len=256)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        lm = LM(cfg).eval().requires_grad_(False)
+    engine = LLMEngine(lm, EngineConfig(**{"n_slots": 3, "max_len": 160, **engine_kw}))
+    codec = SnacCodec(build_snac({**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}),
+                      noise=False)
+    return OrpheusTTS(engine, codec, ByteTokenizer(LAYOUT.bos), layout=LAYOUT,
+                      window=StreamWindow(hop=1, left=1, right=2),
+                      sampling=SamplingParams(max_tokens=7 * 6, seed=0))
+
+
+def test_prompt_wraps_voice_and_text_in_the_orpheus_special_tokens():
+    ids = format_prompt(ByteTokenizer(ORPHEUS.bos), "Hi", "tara")
+    assert ids[:2] == [128259, 128000]
+    assert bytes(ids[2:-4]).decode() == "tara: Hi"
+    assert ids[-4:] == [128009, 128260, 128261, 128257]
+    assert format_prompt(ByteTokenizer(ORPHEUS.bos), "Hi", None)[2:-4] == list(b"Hi")
+    assert set(VOICES) == {"tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe"}
+    with pytest.raises(OrpheusError, match="unknown Orpheus voice"):
+        format_prompt(ByteTokenizer(ORPHEUS.bos), "Hi", "bob")
+    with pytest.raises(OrpheusError, match="empty"):
+        format_prompt(ByteTokenizer(ORPHEUS.bos), "  ", "tara")
+
+
+def test_audio_tokens_carry_a_code_at_each_of_seven_positions():
+    assert ORPHEUS.audio_token(0, 0) == 128266  # <custom_token_10>
+    assert ORPHEUS.audio_token(3, 5) == 128266 + 3 * 4096 + 5
+    assert ORPHEUS.vocab_needed == 128266 + 7 * 4096
+    frame = [11, 22, 33, 44, 55, 66, 77]
+    tokens = [ORPHEUS.audio_token(i, c) for i, c in enumerate(frame)]
+    noisy = [128257, *tokens[:3], 999, *tokens[3:], *tokens[:2], 128258]
+    assembler = FrameAssembler(ORPHEUS)
+    assert assembler.feed(noisy) == [frame]
+    assert assembler.skipped == 2 and assembler.partial == [11, 22]  # start-of-speech and 999
+    assert frames_from_tokens(tokens[:6]).shape == (0, 7)
+    assert ORPHEUS.code_of(ORPHEUS.audio_token(1, 7), 0) is None
+
+
+def test_the_constraint_allows_only_the_next_positions_codes_and_stop_at_frame_ends():
+    constraint = AudioTokenConstraint(LAYOUT)
+    requests = [Request([1]), Request([1])]
+    requests[1].n_launched = 1
+    shortlist = constraint(torch.zeros(2, LAYOUT.vocab_needed), requests)
+    allowed = [set(ids[ok].tolist()) for ids, ok in zip(shortlist.ids, shortlist.allowed,
+                                                        strict=True)]
+    start = LAYOUT.audio_offset
+    assert allowed[0] == set(range(start, start + 16)) | {LAYOUT.end_of_speech}
+    assert allowed[1] == set(range(start + 16, start + 32))
+    assert torch.equal(shortlist.ids, shortlist.ids.sort(dim=-1).values)  # ascending ids
+    no_stop = AudioTokenConstraint(LAYOUT, allow_stop=False)(torch.zeros(1, 400), requests[:1])
+    assert not no_stop.allowed[0, 0]
+
+
+def test_sampling_through_the_shortlist_only_yields_allowed_tokens():
+    tts = tiny_tts()
+    eng = tts.engine
+    rid = eng.add_request([LAYOUT.bos, 5, 6], SamplingParams(
+        temperature=1.5, top_k=0, max_tokens=30, seed=2, stop_token_ids=(LAYOUT.end_of_speech,)))
+    for _ in eng.iterate():
+        pass
+    tokens = eng.release(rid).output_ids
+    for i, token in enumerate(tokens):
+        ok = LAYOUT.code_of(token, i) is not None or (
+            token == LAYOUT.end_of_speech and i % 7 == 0 and i == len(tokens) - 1)
+        assert ok, (i, token)
+
+
+def test_tokenizer_loading_fails_clearly_offline(tmp_path):
+    assert load_tokenizer("dummy").is_placeholder
+    with pytest.raises(OrpheusError, match="local directory"):
+        load_tokenizer(str(tmp_path / "missing"))
+
+
+def test_streamed_audio_arrives_before_the_end_and_equals_batch_and_solo_synthesis():
+    tts = tiny_tts()
+    sampling = SamplingParams(max_tokens=7 * 6, seed=3)
+    chunks = []
+    for chunk in tts.stream("hello there", "leo", sampling):
+        chunks.append((chunk, tts.engine.has_unfinished()))
+    assert chunks[0][1], "the first chunk should come while tokens are still being generated"
+    assert [c.index for c, _ in chunks] == list(range(len(chunks))) and chunks[-1][0].final
+    streamed = np.concatenate([c.audio.numpy() for c, _ in chunks])
+    texts = ["good morning", "hello there", "a third line of text"]
+    together = tts.synthesize(texts, "leo", sampling)
+    assert np.allclose(together[1], streamed, atol=1e-5)  # same tokens; codec batch rounding
+    assert streamed.size % tts.codec.frame_samples == 0 and streamed.size > 0
+    assert not np.array_equal(together[0][:2048], together[2][:2048])
+
+
+def test_continuous_and_static_batching_make_the_same_audio():
+    texts = ["one", "two two", "three three three", "four"]
+    sampling = SamplingParams(max_tokens=7 * 4, seed=9)
+    cont = tiny_tts(policy="continuous").synthesize(texts, "tara", sampling)
+    stat = tiny_tts(policy="static").synthesize(texts, "tara", sampling)
+    for a, b in zip(cont, stat, strict=True):
+        assert a.shape == b.shape and np.allclose(a, b, atol=1e-5)
+
+
+def test_from_config_builds_a_dummy_pipeline_that_speaks():
+    cfg = PipelineConfig(family="orpheus", weights="dummy", model="tiny-llama", device="cpu",
+                         decode_interval=1, overlap=2, sampling=SamplingConfig(max_tokens=21))
+    tts = OrpheusTTS.from_config(cfg, n_slots=2)
+    assert tts.sample_rate == 24000 and tts.codec.is_dummy
+    assert tts.layout == OrpheusLayout.compact(7)  # tiny-llama's 320 ids hold 7 codes a slot
+    (audio,) = tts.synthesize(["test"])  # may stop early: dummy weights pick end-of-speech too
+    assert audio.dtype == np.float32 and audio.size % 2048 == 0 and audio.size <= 3 * 2048
+    with pytest.raises(OrpheusError):
+        tts.submit("test", voice="nobody")
+
+
+def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "orpheus_streams", ROOT / "benchmarks" / "orpheus_streams.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.main(["--smoke", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / "orpheus_streams_smoke.json").read_text())
+    assert saved["streams"][0]["streams"] == 1 and len(saved["streams"]) == 2
+    assert all(r["aggregate_tok_s"] > 0 and r["ttfa_ms_p95"] > 0 for r in result["streams"])
+    assert (tmp_path / "orpheus_streams_smoke.md").read_text().startswith(
+        "# Orpheus concurrent streams\n\n`python benchmarks/orpheus_streams.py --smoke")

@@ -1,0 +1,146 @@
+"""SNAC codec: frame layout, loading errors, and windowed streaming that matches one-shot decode."""
+
+import math
+
+import pytest
+import torch
+
+from lab.models.orpheus import TINY_SNAC
+from lab.models.snac_codec import (
+    ORPHEUS_WINDOW,
+    CodecError,
+    SnacCodec,
+    StreamingDecoder,
+    StreamWindow,
+    build_snac,
+    levels_from_frames,
+    load_snac,
+    strip_noise,
+)
+
+SMALL = {**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def codec() -> SnacCodec:
+    return SnacCodec(build_snac(SMALL, seed=3), noise=False)
+
+
+def codes(n_streams: int, n_frames: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 16, (n_streams, n_frames, 7), generator=gen)
+
+
+def snr_db(ref: torch.Tensor, test: torch.Tensor) -> float:
+    return 10 * math.log10(ref.pow(2).sum() / (ref - test).pow(2).sum().clamp_min(1e-30))
+
+
+def test_a_frame_is_the_code_tree_flattened_depth_first():
+    frame = torch.tensor([[[0, 10, 20, 21, 11, 22, 23], [1, 12, 24, 25, 13, 26, 27]]])
+    l0, l1, l2 = levels_from_frames(frame)
+    assert l0.tolist() == [[0, 1]]
+    assert l1.tolist() == [[10, 11, 12, 13]]
+    assert l2.tolist() == [[20, 21, 22, 23, 24, 25, 26, 27]]
+    with pytest.raises(CodecError):
+        levels_from_frames(torch.zeros(1, 2, 6, dtype=torch.long))
+
+
+def test_dummy_weights_are_seeded_and_folding_weight_norm_changes_nothing():
+    a, b = build_snac(SMALL, seed=1), build_snac(SMALL, seed=1)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(),
+                                                  b.state_dict().values(), strict=True))
+    frames = codes(1, 3)
+    folded = SnacCodec(a, noise=False).decode(frames)
+    assert strip_noise(b) == 4  # one noise injection per decoder block
+    with torch.inference_mode():
+        unfolded = b.decode(levels_from_frames(frames))[:, 0]
+    assert torch.allclose(folded, unfolded, atol=1e-5)
+
+
+def test_decode_shape_and_bad_codes(codec):
+    audio = codec.decode(codes(2, 3))
+    assert audio.shape == (2, 3 * codec.frame_samples) and codec.frame_samples == 2048
+    with pytest.raises(CodecError, match="codes must lie"):
+        codec.decode(torch.full((1, 2, 7), 16))
+
+
+def test_missing_weights_give_a_clear_error(tmp_path, monkeypatch):
+    with pytest.raises(CodecError, match="no config.json"):
+        load_snac(str(tmp_path))
+    with pytest.raises(CodecError, match="neither"):
+        load_snac("not a model")
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    with pytest.raises(CodecError, match="local directory"):
+        load_snac("hubertsiuzdak/snac_24khz")
+
+
+def stream(codec, window, frames: torch.Tensor, lengths: list[int]):
+    """Feed each stream one frame per step (streams end at their own length); collect chunks."""
+    decoder = StreamingDecoder(codec, window)
+    out = {i: [] for i in range(len(lengths))}
+    first = {}
+    for i in out:
+        decoder.open(str(i))
+    for step in range(max(lengths)):
+        for i, n in enumerate(lengths):
+            if step < n:
+                decoder.push(str(i), frames[i, step:step + 1])
+            if step == n - 1:
+                decoder.close(str(i))
+        for chunk in decoder.decode_due():
+            out[int(chunk.stream_id)].append(chunk)
+            first.setdefault(int(chunk.stream_id), step + 1)
+    assert not decoder.busy
+    return out, first, decoder
+
+
+@pytest.mark.parametrize("window,min_snr", [(StreamWindow(hop=2, left=3, right=3), 100.0),
+                                            (ORPHEUS_WINDOW, 30.0)])
+def test_streamed_chunks_join_to_the_one_shot_decode(codec, window, min_snr):
+    lengths = [10, 7, 2]
+    frames = codes(3, 10, seed=4)
+    out, first, decoder = stream(codec, window, frames, lengths)
+    for i, n in enumerate(lengths):
+        chunks = out[i]
+        assert [c.index for c in chunks] == list(range(len(chunks)))
+        assert chunks[-1].final and not any(c.final for c in chunks[:-1])
+        joined = torch.cat([c.audio for c in chunks])
+        ref = codec.decode(frames[i:i + 1, :n])[0]
+        assert joined.shape == ref.shape
+        assert snr_db(ref, joined) >= min_snr
+    assert first[0] == window.hop + window.right  # first audio waits for right context only
+    assert decoder.decoded_windows > decoder.decode_calls  # streams share decode calls
+
+
+def test_every_chunk_costs_one_fixed_window_once_warm(codec):
+    window = StreamWindow(hop=1, left=2, right=1)
+    out, _, decoder = stream(codec, window, codes(1, 12), [12])
+    sizes = [len(c.audio) // codec.frame_samples for c in out[0][:-1]]
+    assert sizes == [1] * len(sizes)
+    assert decoder.decode_calls == len(out[0])
+
+
+def test_stream_errors_and_empty_streams(codec):
+    decoder = StreamingDecoder(codec)
+    decoder.open("a")
+    with pytest.raises(CodecError, match="already open"):
+        decoder.open("a")
+    with pytest.raises(CodecError, match="not open"):
+        decoder.push("b", codes(1, 1)[0])
+    with pytest.raises(CodecError, match="push takes"):
+        decoder.push("a", torch.zeros(2, 5, dtype=torch.long))
+    decoder.close("a")
+    (chunk,) = decoder.decode_due()
+    assert chunk.final and chunk.audio.numel() == 0
+    with pytest.raises(CodecError):
+        StreamWindow(hop=0)

@@ -1,0 +1,56 @@
+"""The Orpheus family through the same Pipeline API, on a tiny random LM and codec."""
+
+import numpy as np
+import pytest
+
+from lab.config import load_preset
+from lab.frontend import TextError
+from lab.pipeline import Pipeline
+
+TEXTS = ["First line.", "A second line that is longer.", "Third. With two sentences."]
+
+
+@pytest.fixture(scope="module")
+def orpheus():
+    return Pipeline(load_preset("orpheus-tiny-cpu"))
+
+
+def test_dummy_weights_are_announced(orpheus):
+    assert any("noise, not speech" in note for note in orpheus.fallbacks)
+    assert orpheus.sample_rate == 24000
+
+
+def test_batch_equals_one_by_one_with_seeds(orpheus):
+    alone = [orpheus.synthesize_batch([t])[0].audio for t in TEXTS]
+    together = [s.audio for s in orpheus.synthesize_batch(TEXTS)]
+    assert all(len(a) > 0 for a in together)
+    for a, b in zip(alone, together, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_metrics_include_tokens_and_engine_stages(orpheus):
+    result = orpheus.synthesize(TEXTS[1])
+    m = result.metrics
+    assert m.tokens_per_second is not None and m.tokens_per_second > 0
+    assert {"text_to_tokens", "lm_step", "codec"} <= set(m.stages)
+    assert m.ttfb_ms <= m.total_ms
+
+
+def test_streaming_yields_chunks_and_returns_the_synthesis(orpheus):
+    stream = orpheus.stream(TEXTS[0])
+    chunks = []
+    while True:
+        try:
+            chunks.append(next(stream))
+        except StopIteration as done:
+            result = done.value
+            break
+    assert chunks and all(c.sample_rate == 24000 for c in chunks)
+    assert len(result.audio) == sum(len(c.audio) for c in chunks)
+
+
+def test_bad_text_is_refused_and_the_engine_keeps_working(orpheus):
+    with pytest.raises(TextError):
+        orpheus.synthesize("   ")
+    assert orpheus.synthesize("Still here.").metrics.total_ms > 0
