@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from lab.config import ConfigError, PipelineConfig
+from lab.config import PipelineConfig
+from lab.device import resolve_device
 from lab.metrics.events import events
 from lab.metrics.timers import StageTimer
 from lab.models.piper_backend import PiperBackend
@@ -52,14 +53,6 @@ class AudioChunk:
     index: int
     elapsed_ms: float
     sample_rate: int
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device='cuda' but no CUDA GPU is visible here; use 'auto' or 'cpu'")
-    return torch.device(name)
 
 
 def _peak_memory_mb(device: torch.device) -> float:

@@ -70,12 +70,18 @@ def test_bad_text_gives_clear_errors_and_the_pipeline_still_works(voice_pipeline
 
 
 def test_bf16_runs_and_stays_close_to_fp32(voice_pipeline):
+    """This medium-set sentence collapsed to one frame when durations were computed in bf16."""
+    from lab.frontend import sentence_set
     from lab.quality.fidelity import mel_cepstral_distortion
 
-    reference = voice_pipeline.synthesize(TEXTS[1])
-    bf16 = Pipeline(voice_pipeline.config.replace(dtype="bf16")).synthesize(TEXTS[1])
+    text = sentence_set("medium")[3]
+    reference = voice_pipeline.synthesize(text)
+    bf16_pipe = Pipeline(voice_pipeline.config.replace(dtype="bf16"))
+    bf16 = bf16_pipe.synthesize(text)
     assert bf16.audio.dtype == np.float32
+    assert bf16.metrics.audio_seconds == pytest.approx(reference.metrics.audio_seconds, rel=0.05)
     assert mel_cepstral_distortion(bf16.audio, reference.audio, 22050) < 4.0
+    assert any("duration predictor kept in fp32" in note for note in bf16_pipe.fallbacks)
 
 
 def test_cuda_on_a_cpu_machine_is_a_clear_error():

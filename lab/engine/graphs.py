@@ -6,9 +6,12 @@ replaying it removes that gap. A batch is padded up to its bucket; padded rows w
 cache position of their slot, which no live request reads before overwriting it itself.
 
 The torch.compile modes compile one transformer block and the head (regional compilation:
-the identical blocks share one compiled version, so compiling takes seconds, not minutes), fuse
-the small element-wise kernels between the matmuls, and the whole step is then captured as one
+the identical blocks share one compiled version), and the whole step is then captured as one
 CUDA graph here, so 'reduce-overhead' and 'max-autotune' run without inductor's own graphs.
+At one row per step inductor folds the norms into the matmuls and turns them into fused
+reductions: about half the kernels of the eager step (on an H100, 3B bf16: 2.98 ms/step
+against 4.03 for the captured eager step). Each bucket is compiled once, which costs tens of
+seconds for a 3B model, so give compiled decoders few buckets.
 
 Whatever cannot run here (no CUDA, a compiler or capture error) falls back to eager, and the
 reason is appended to `.fallbacks`: a slow path is never taken silently.

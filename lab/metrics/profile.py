@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from lab.device import resolve_device
+
 
 @dataclass(frozen=True)
 class OpRow:
@@ -63,7 +65,7 @@ class ProfileResult:
             ("Operators (GPU self time)", self.device_operators),
         ):
             if rows:
-                parts += [f"### {title}", "", _table(rows[:top]), ""]
+                parts += [f"### {title}", "", _markdown_rows(rows[:top]), ""]
         return "\n".join(parts).rstrip() + "\n"
 
 
@@ -72,22 +74,13 @@ def _short(name: str, width: int = 80) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def _table(rows: list[OpRow]) -> str:
+def _markdown_rows(rows: list[OpRow]) -> str:
     lines = ["| name | calls | self ms | total ms | % |", "| --- | ---: | ---: | ---: | ---: |"]
     lines += [
         f"| `{_short(r.name)}` | {r.calls} | {r.self_ms:.3f} | {r.total_ms:.3f} | {r.pct:.1f} |"
         for r in rows
     ]
     return "\n".join(lines)
-
-
-def _device(device: str | torch.device) -> torch.device:
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} asked for, but CUDA is not available here")
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {str(device)!r} is not supported; use 'cpu' or 'cuda'")
-    return dev
 
 
 def profile_call(
@@ -104,7 +97,7 @@ def profile_call(
     """
     if top < 1:
         raise ValueError(f"top={top} must be >= 1")
-    dev = _device(device)
+    dev = resolve_device(device)
     on_gpu = dev.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities, record_shapes=record_shapes) as prof:
@@ -116,10 +109,12 @@ def profile_call(
     averages = prof.key_averages()
     return ProfileResult(
         wall_ms=wall_ms,
-        operators=_cpu_operators(averages, wall_ms)[:top],
-        stages=_stages(averages, wall_ms)[:top],
-        device_operators=_device_operators(averages)[:top] if on_gpu else [],
-        device_stages=_device_stages(averages, wall_ms)[:top] if on_gpu else [],
+        operators=_summary(averages, device=False, stages=False, by="self", base_ms=wall_ms)[:top],
+        stages=_summary(averages, device=False, stages=True, by="total", base_ms=wall_ms)[:top],
+        device_operators=_summary(averages, device=True, stages=False, by="self",
+                                base_ms=_gpu_busy_ms(averages))[:top] if on_gpu else [],
+        device_stages=_summary(averages, device=True, stages=True, by="total",
+                             base_ms=wall_ms)[:top] if on_gpu else [],
         value=value,
         _profiler=prof,
     )
@@ -129,69 +124,29 @@ def _is_cpu(avg) -> bool:
     return avg.device_type == torch.autograd.DeviceType.CPU
 
 
-def _cpu_operators(averages, wall_ms: float) -> list[OpRow]:
-    rows = [
-        OpRow(
-            name=a.key,
-            calls=a.count,
-            self_ms=a.self_cpu_time_total / 1e3,
-            total_ms=a.cpu_time_total / 1e3,
-            pct=100.0 * a.self_cpu_time_total / 1e3 / wall_ms if wall_ms > 0 else 0.0,
-        )
-        for a in averages
-        if _is_cpu(a) and not a.is_user_annotation
-    ]
-    return sorted(rows, key=lambda r: r.self_ms, reverse=True)
+def _summary(averages, *, device: bool, stages: bool, by: str, base_ms: float) -> list[OpRow]:
+    """Rows of one kind (CPU or GPU; operators or record_function stages), largest first.
+
+    `by` is "self" or "total": the time the rows are sorted by and shown as a share of
+    `base_ms`. Operators rank by self time; stages by inclusive time, since a stage's own
+    time is mostly Python.
+    """
+    rows = []
+    for a in averages:
+        if _is_cpu(a) == device or a.is_user_annotation != stages:
+            continue
+        self_us = a.self_device_time_total if device else a.self_cpu_time_total
+        total_us = a.device_time_total if device else a.cpu_time_total
+        if device and not stages and self_us <= 0:
+            continue
+        shown = self_us if by == "self" else total_us
+        rows.append(OpRow(name=a.key, calls=a.count, self_ms=self_us / 1e3,
+                          total_ms=total_us / 1e3,
+                          pct=100.0 * shown / 1e3 / base_ms if base_ms > 0 else 0.0))
+    return sorted(rows, key=lambda r: r.self_ms if by == "self" else r.total_ms, reverse=True)
 
 
-def _stages(averages, wall_ms: float) -> list[OpRow]:
-    """record_function labels, by inclusive CPU time: a stage's own time is mostly Python."""
-    rows = [
-        OpRow(
-            name=a.key,
-            calls=a.count,
-            self_ms=a.self_cpu_time_total / 1e3,
-            total_ms=a.cpu_time_total / 1e3,
-            pct=100.0 * a.cpu_time_total / 1e3 / wall_ms if wall_ms > 0 else 0.0,
-        )
-        for a in averages
-        if _is_cpu(a) and a.is_user_annotation
-    ]
-    return sorted(rows, key=lambda r: r.total_ms, reverse=True)
-
-
-def _device_operators(averages) -> list[OpRow]:
-    """GPU kernels and copies by self device time, as a share of all GPU busy time."""
-    kernels = [
-        a
-        for a in averages
-        if not _is_cpu(a) and not a.is_user_annotation and a.self_device_time_total > 0
-    ]
-    busy_ms = sum(a.self_device_time_total for a in kernels) / 1e3
-    rows = [
-        OpRow(
-            name=a.key,
-            calls=a.count,
-            self_ms=a.self_device_time_total / 1e3,
-            total_ms=a.device_time_total / 1e3,
-            pct=100.0 * a.self_device_time_total / 1e3 / busy_ms if busy_ms > 0 else 0.0,
-        )
-        for a in kernels
-    ]
-    return sorted(rows, key=lambda r: r.self_ms, reverse=True)
-
-
-def _device_stages(averages, wall_ms: float) -> list[OpRow]:
-    """record_function labels as seen on the GPU: time from their first to last kernel."""
-    rows = [
-        OpRow(
-            name=a.key,
-            calls=a.count,
-            self_ms=a.self_device_time_total / 1e3,
-            total_ms=a.device_time_total / 1e3,
-            pct=100.0 * a.device_time_total / 1e3 / wall_ms if wall_ms > 0 else 0.0,
-        )
-        for a in averages
-        if not _is_cpu(a) and a.is_user_annotation
-    ]
-    return sorted(rows, key=lambda r: r.total_ms, reverse=True)
+def _gpu_busy_ms(averages) -> float:
+    """All GPU kernel and copy time: the base for each kernel's share."""
+    return sum(a.self_device_time_total for a in averages
+               if not _is_cpu(a) and not a.is_user_annotation) / 1e3

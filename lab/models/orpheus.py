@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from lab.config import PipelineConfig
+from lab.device import resolve_device
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.llm import LM_SHAPES
 from lab.engine.request import Request, SamplingParams
@@ -261,7 +262,7 @@ class OrpheusTTS:
         Dummy weights: `cfg.model` may name an LM shape (e.g. "tiny-llama"); vocabularies too
         small for Orpheus get the compact token layout and a tiny codec.
         """
-        device = _device(cfg.device)
+        device = resolve_device(cfg.device)
         fallbacks: list[str] = []
         codec_compile = cfg.compile if device.type == "cuda" else "none"
         if cfg.weights == "dummy":
@@ -375,11 +376,3 @@ class OrpheusTTS:
             yield from (c for c in self.step() if c.stream_id == rid)
         self.utterances.pop(rid)
         self.engine.release(rid)
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise OrpheusError("device='cuda' was asked for, but no CUDA device is available")
-    return torch.device(name)

@@ -39,6 +39,10 @@ def prepare_model(model: nn.Module, config: PipelineConfig, device: torch.device
         fallbacks.append("fp16 convolutions are slow or missing on CPU; ran bf16 instead")
         dtype = torch.bfloat16
     model.to(device=device, dtype=dtype)
+    if dtype != torch.float32:
+        model.keep_durations_fp32()
+        fallbacks.append("duration predictor kept in fp32: its spline inverse is unstable "
+                         "in half precision")
     if config.quant != "none":
         fallbacks += _quantize(model, config, device)
     if config.cuda_graphs:

@@ -32,26 +32,31 @@ LAYOUT = OrpheusLayout.compact(16)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_tts(**engine_kw) -> OrpheusTTS:
-    cfg = LMConfig(vocab_size=LAYOUT.vocab_needed, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                   intermediate_size=64, max_seq_len=256)
+    cfg = LMConfig(
+        vocab_size=LAYOUT.vocab_needed,
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        intermediate_size=64,
+        max_seq_len=256,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         lm = LM(cfg).eval().requires_grad_(False)
     engine = LLMEngine(lm, EngineConfig(**{"n_slots": 3, "max_len": 160, **engine_kw}))
-    codec = SnacCodec(build_snac({**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}),
-                      noise=False)
-    return OrpheusTTS(engine, codec, ByteTokenizer(LAYOUT.bos), layout=LAYOUT,
-                      window=StreamWindow(hop=1, left=1, right=2),
-                      sampling=SamplingParams(max_tokens=7 * 6, seed=0))
+    codec = SnacCodec(
+        build_snac({**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}), noise=False
+    )
+    return OrpheusTTS(
+        engine,
+        codec,
+        ByteTokenizer(LAYOUT.bos),
+        layout=LAYOUT,
+        window=StreamWindow(hop=1, left=1, right=2),
+        sampling=SamplingParams(max_tokens=7 * 6, seed=0),
+    )
 
 
 def test_prompt_wraps_voice_and_text_in_the_orpheus_special_tokens():
@@ -86,8 +91,9 @@ def test_the_constraint_allows_only_the_next_positions_codes_and_stop_at_frame_e
     requests = [Request([1]), Request([1])]
     requests[1].n_launched = 1
     shortlist = constraint(torch.zeros(2, LAYOUT.vocab_needed), requests)
-    allowed = [set(ids[ok].tolist()) for ids, ok in zip(shortlist.ids, shortlist.allowed,
-                                                        strict=True)]
+    allowed = [
+        set(ids[ok].tolist()) for ids, ok in zip(shortlist.ids, shortlist.allowed, strict=True)
+    ]
     start = LAYOUT.audio_offset
     assert allowed[0] == set(range(start, start + 16)) | {LAYOUT.end_of_speech}
     assert allowed[1] == set(range(start + 16, start + 32))
@@ -99,14 +105,19 @@ def test_the_constraint_allows_only_the_next_positions_codes_and_stop_at_frame_e
 def test_sampling_through_the_shortlist_only_yields_allowed_tokens():
     tts = tiny_tts()
     eng = tts.engine
-    rid = eng.add_request([LAYOUT.bos, 5, 6], SamplingParams(
-        temperature=1.5, top_k=0, max_tokens=30, seed=2, stop_token_ids=(LAYOUT.end_of_speech,)))
+    rid = eng.add_request(
+        [LAYOUT.bos, 5, 6],
+        SamplingParams(
+            temperature=1.5, top_k=0, max_tokens=30, seed=2, stop_token_ids=(LAYOUT.end_of_speech,)
+        ),
+    )
     for _ in eng.iterate():
         pass
     tokens = eng.release(rid).output_ids
     for i, token in enumerate(tokens):
         ok = LAYOUT.code_of(token, i) is not None or (
-            token == LAYOUT.end_of_speech and i % 7 == 0 and i == len(tokens) - 1)
+            token == LAYOUT.end_of_speech and i % 7 == 0 and i == len(tokens) - 1
+        )
         assert ok, (i, token)
 
 
@@ -142,8 +153,15 @@ def test_continuous_and_static_batching_make_the_same_audio():
 
 
 def test_from_config_builds_a_dummy_pipeline_that_speaks():
-    cfg = PipelineConfig(family="orpheus", weights="dummy", model="tiny-llama", device="cpu",
-                         decode_interval=1, overlap=2, sampling=SamplingConfig(max_tokens=21))
+    cfg = PipelineConfig(
+        family="orpheus",
+        weights="dummy",
+        model="tiny-llama",
+        device="cpu",
+        decode_interval=1,
+        overlap=2,
+        sampling=SamplingConfig(max_tokens=21),
+    )
     tts = OrpheusTTS.from_config(cfg, n_slots=2)
     assert tts.sample_rate == 24000 and tts.codec.is_dummy
     assert tts.layout == OrpheusLayout.compact(7)  # tiny-llama's 320 ids hold 7 codes a slot
@@ -155,12 +173,16 @@ def test_from_config_builds_a_dummy_pipeline_that_speaks():
 
 def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):
     spec = importlib.util.spec_from_file_location(
-        "orpheus_streams", ROOT / "benchmarks" / "orpheus_streams.py")
+        "orpheus_streams", ROOT / "benchmarks" / "orpheus_streams.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     result = bench.main(["--smoke", "--out", str(tmp_path)])
     saved = json.loads((tmp_path / "orpheus_streams_smoke.json").read_text())
     assert saved["streams"][0]["streams"] == 1 and len(saved["streams"]) == 2
     assert all(r["aggregate_tok_s"] > 0 and r["ttfa_ms_p95"] > 0 for r in result["streams"])
-    assert (tmp_path / "orpheus_streams_smoke.md").read_text().startswith(
-        "# Orpheus concurrent streams\n\n`python benchmarks/orpheus_streams.py --smoke")
+    assert (
+        (tmp_path / "orpheus_streams_smoke.md")
+        .read_text()
+        .startswith("# Orpheus concurrent streams\n\n`python benchmarks/orpheus_streams.py --smoke")
+    )

@@ -21,14 +21,6 @@ from lab.models.snac_codec import (
 SMALL = {**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def codec() -> SnacCodec:
     return SnacCodec(build_snac(SMALL, seed=3), noise=False)
@@ -55,8 +47,10 @@ def test_a_frame_is_the_code_tree_flattened_depth_first():
 
 def test_dummy_weights_are_seeded_and_folding_weight_norm_changes_nothing():
     a, b = build_snac(SMALL, seed=1), build_snac(SMALL, seed=1)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(),
-                                                  b.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(x, y)
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
     frames = codes(1, 3)
     folded = SnacCodec(a, noise=False).decode(frames)
     assert strip_noise(b) == 4  # one noise injection per decoder block
@@ -94,7 +88,7 @@ def stream(codec, window, frames: torch.Tensor, lengths: list[int]):
     for step in range(max(lengths)):
         for i, n in enumerate(lengths):
             if step < n:
-                decoder.push(str(i), frames[i, step:step + 1])
+                decoder.push(str(i), frames[i, step : step + 1])
             if step == n - 1:
                 decoder.close(str(i))
         for chunk in decoder.decode_due():
@@ -104,8 +98,9 @@ def stream(codec, window, frames: torch.Tensor, lengths: list[int]):
     return out, first, decoder
 
 
-@pytest.mark.parametrize("window,min_snr", [(StreamWindow(hop=2, left=3, right=3), 100.0),
-                                            (ORPHEUS_WINDOW, 30.0)])
+@pytest.mark.parametrize(
+    "window,min_snr", [(StreamWindow(hop=2, left=3, right=3), 100.0), (ORPHEUS_WINDOW, 30.0)]
+)
 def test_streamed_chunks_join_to_the_one_shot_decode(codec, window, min_snr):
     lengths = [10, 7, 2]
     frames = codes(3, 10, seed=4)
@@ -115,7 +110,7 @@ def test_streamed_chunks_join_to_the_one_shot_decode(codec, window, min_snr):
         assert [c.index for c in chunks] == list(range(len(chunks)))
         assert chunks[-1].final and not any(c.final for c in chunks[:-1])
         joined = torch.cat([c.audio for c in chunks])
-        ref = codec.decode(frames[i:i + 1, :n])[0]
+        ref = codec.decode(frames[i : i + 1, :n])[0]
         assert joined.shape == ref.shape
         assert snr_db(ref, joined) >= min_snr
     assert first[0] == window.hop + window.right  # first audio waits for right context only

@@ -71,9 +71,20 @@ class Synthesizer(nn.Module):
     def durations(
         self, hidden: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor, length_scale: float
     ) -> torch.Tensor:
-        """Integer frames per phoneme, from noise [B, 2, T] already scaled by noise_w."""
-        log_w = self.dp(hidden, mask, noise)
-        return torch.ceil(torch.exp(log_w) * mask * length_scale)[:, 0].long()
+        """Integer frames per phoneme, from noise [B, 2, T] already scaled by noise_w.
+
+        Runs in the duration predictor's own dtype, which may differ from the rest of the
+        model (see keep_durations_fp32).
+        """
+        dtype = self.dp.pre.weight.dtype
+        log_w = self.dp(hidden.to(dtype), mask.to(dtype), noise.to(dtype))
+        return torch.ceil(torch.exp(log_w) * mask.to(dtype) * length_scale)[:, 0].long()
+
+    def keep_durations_fp32(self) -> None:
+        """Half precision is fine for the encoder, flow and vocoder, but the duration
+        predictor's spline inverse breaks down in bf16 (a sentence can collapse to one
+        frame), and it is a tiny share of the work, so it stays in fp32."""
+        self.dp.float()
 
     def latents(
         self,
