@@ -113,6 +113,8 @@ def _coerce(name: str, hint: object, value: object) -> object:
             return None
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a mapping of {_names(hint)}")
         return _build(hint, value, prefix=f"{name}.")

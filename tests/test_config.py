@@ -39,6 +39,13 @@ def test_nested_sampling_keys_are_checked():
         from_dict({"sampling": {"temp": 1}})
 
 
+def test_overrides_take_a_sampling_object_or_a_mapping():
+    from lab.config import SamplingConfig
+
+    assert load_preset("cpu-default", sampling=SamplingConfig(max_tokens=9)).sampling.max_tokens == 9
+    assert load_preset("cpu-default", sampling={"top_k": 5}).sampling.top_k == 5
+
+
 def test_invalid_preset_file_is_reported(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("dtype: [unclosed\n")
