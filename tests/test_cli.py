@@ -42,3 +42,20 @@ def test_bench_writes_json_csv_and_markdown(tmp_path):
     assert all(r["audio_s"] > 0 and r["rtf"] > 0 for r in rows)
     assert (out / "cpu.csv").read_text().count("\n") == 3
     assert "batch_size" in (out / "cpu.md").read_text()
+
+
+def test_eval_prints_meters_and_a_pass_against_its_own_reference(tmp_path, capsys):
+    out = tmp_path / "take.wav"
+    text = "The blue kettle boiled over on the stove."
+    assert main(["synth", text, "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(out), "--text", text, "--ref", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for name in ("DNSMOS SIG/BAK/OVRL", "WER", "PESQ wb", "STOI"):
+        assert name in printed
+    assert "FAIL" not in printed and "PASS" in printed.upper()
+
+
+def test_eval_of_a_missing_file_is_a_clear_error(capsys):
+    assert main(["eval", "no-such.wav", "--text", "hi"]) == 2
+    assert "audio file not found" in capsys.readouterr().err
