@@ -12,6 +12,8 @@ def resolve_device(name: str | torch.device) -> torch.device:
     if str(name) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device {str(name)!r} is not supported; use 'auto', 'cpu' or 'cuda'")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device={str(name)!r} but no CUDA GPU is visible here; "
                           "use 'auto' or 'cpu'")

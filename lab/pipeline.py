@@ -111,6 +111,15 @@ class Pipeline:
     def model(self) -> torch.nn.Module:
         return self.backend.model
 
+    def memory_facts(self) -> dict[str, str]:
+        """What the model holds in memory, in words a user can compare across configs."""
+        facts = {"weights": f"{self.weight_bytes / 2**20:.1f} MiB"}
+        cache = getattr(self.backend, "kv_cache", None)
+        if cache is not None:
+            facts["KV cache"] = (f"{self.config.kv_cache}, {cache.bytes_per_slot / 2**20:.2f} MiB "
+                                 f"per slot x {cache.n_slots} slots ({cache.max_len} positions)")
+        return facts
+
     @property
     def weight_bytes(self) -> int:
         """Bytes of the model's weights as they sit on the device now (after casts or quant)."""

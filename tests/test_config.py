@@ -42,7 +42,8 @@ def test_nested_sampling_keys_are_checked():
 def test_overrides_take_a_sampling_object_or_a_mapping():
     from lab.config import SamplingConfig
 
-    assert load_preset("cpu-default", sampling=SamplingConfig(max_tokens=9)).sampling.max_tokens == 9
+    cfg = load_preset("cpu-default", sampling=SamplingConfig(max_tokens=9))
+    assert cfg.sampling.max_tokens == 9
     assert load_preset("cpu-default", sampling={"top_k": 5}).sampling.top_k == 5
 
 

@@ -15,6 +15,12 @@ def orpheus():
     return Pipeline(load_preset("orpheus-tiny-cpu"))
 
 
+def test_memory_facts_report_the_kv_cache_per_slot(orpheus):
+    facts = orpheus.memory_facts()
+    assert "MiB per slot x 4 slots" in facts["KV cache"]
+    assert float(facts["weights"].split()[0]) > 0
+
+
 def test_dummy_weights_are_announced(orpheus):
     assert any("noise, not speech" in note for note in orpheus.fallbacks)
     assert orpheus.sample_rate == 24000

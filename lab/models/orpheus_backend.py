@@ -26,6 +26,7 @@ class OrpheusBackend:
         self.tts = OrpheusTTS.from_config(config.replace(device=device.type))
         self.sample_rate = self.tts.sample_rate
         self.model = self.tts.engine.runner.model
+        self.kv_cache = self.tts.engine.runner.cache
         self.fallbacks = [*self.tts.fallbacks, *self.tts.engine.fallbacks]
         if config.weights == "dummy":
             self.fallbacks.append(DUMMY_WARNING)

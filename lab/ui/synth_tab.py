@@ -75,6 +75,7 @@ def notes_markdown(cfg: PipelineConfig, pipe: Pipeline, syn: Synthesis) -> str:
     lines += [f"- text note: {w}" for w in warnings]
     lines.append(f"\nRan on `{pipe.device}` with `{cfg.dtype}` / quant `{cfg.quant}`, "
                  f"compile `{cfg.compile}`.")
+    lines += [f"- {name}: {value}" for name, value in pipe.memory_facts().items()]
     return "\n".join(lines)
 
 
