@@ -40,9 +40,11 @@ KNOB_FIELDS = (
     "batch_size",
     "decode_interval",
     "overlap",
+    "crossfade_ms",
     "seed",
     "kv_cache",
     "continuous_batching",
+    "cuda_graphs",
     "temperature",
     "top_p",
 )
@@ -146,9 +148,11 @@ class Knobs:
     batch_size: gr.Slider
     decode_interval: gr.Slider
     overlap: gr.Slider
+    crossfade_ms: gr.Slider
     seed: gr.Number
     kv_cache: gr.Dropdown
     continuous_batching: gr.Checkbox
+    cuda_graphs: gr.Checkbox
     temperature: gr.Slider
     top_p: gr.Slider
     note: gr.Markdown
@@ -178,18 +182,22 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
         decode_interval = gr.Slider(1, 256, value=v["decode_interval"], step=1,
                                     label="Decode interval (frames)")
         overlap = gr.Slider(0, 64, value=v["overlap"], step=1, label="Window overlap (frames)")
+        crossfade = gr.Slider(0.0, 20.0, value=v["crossfade_ms"], step=0.5,
+                              label="Crossfade (ms)")
         seed = gr.Number(value=v["seed"], precision=0, label="Sampling seed")
     with gr.Accordion("Autoregressive engine (orpheus only)",
                       open=family_info(v["family"]).autoregressive), gr.Row():
         kv_cache = gr.Dropdown(list(KV_CACHES), value=v["kv_cache"], label="KV cache",
                                elem_id=f"{key}-kv-cache")
         batching = gr.Checkbox(value=v["continuous_batching"], label="Continuous batching")
+        graphs = gr.Checkbox(value=v["cuda_graphs"], label="CUDA graphs (decode step)")
         temperature = gr.Slider(0.0, 2.0, value=v["temperature"], step=0.05,
                                 label="Temperature")
         top_p = gr.Slider(0.05, 1.0, value=v["top_p"], step=0.05, label="Top-p")
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
-                  decode_interval, overlap, seed, kv_cache, batching, temperature, top_p, note)
+                  decode_interval, overlap, crossfade, seed, kv_cache, batching, graphs,
+                  temperature, top_p, note)
     for widget in (family, weights):
         widget.change(family_note, [family, weights], note, show_progress="hidden")
     return knobs
