@@ -94,3 +94,15 @@ def test_bad_names_raise_and_leave_the_model_alone():
     with pytest.raises(PrecisionError, match="quant 'int2'"):
         apply_precision(lm, "bf16", "int2", "cpu")
     assert lm.embed.weight.dtype == torch.float32 and torch.equal(lm.embed.weight, before)
+
+
+def test_int8_dynamic_keeps_a_head_whose_rows_are_not_a_multiple_of_8():
+    """torch._int_mm needs multiples of 8; Orpheus's 156,940-row head is not one."""
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 302))
+    result = apply_precision(model, "fp32", "int8-dynamic", "cpu")
+    assert result.applied == "int8-dynamic"
+    assert result.skipped == ["1 [302x64] kept unquantized"]
+    assert type(model[1].weight) is nn.Parameter
+    assert type(model[0].weight) is not nn.Parameter
