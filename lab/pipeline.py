@@ -71,6 +71,11 @@ def load_backend(config: PipelineConfig, device: torch.device):
     return PiperBackend.load(config, device)
 
 
+def _timing(timer: StageTimer) -> tuple[dict[str, float], float]:
+    """Stage totals and elapsed time, read once: on CUDA each read synchronizes."""
+    return timer.results(), timer.since_start()
+
+
 class Pipeline:
     def __init__(self, config: PipelineConfig | None = None) -> None:
         self.config = config or PipelineConfig()
@@ -91,13 +96,13 @@ class Pipeline:
             out.extend([self._gap(), piece] if i else [piece])
         return np.concatenate(out).astype(np.float32)
 
-    def _finish(self, text: str, audio: np.ndarray, timer: StageTimer, ttfb_ms: float,
-                warnings: list[str]) -> Synthesis:
-        total_ms = timer.since_start()
+    def _finish(self, text: str, audio: np.ndarray, timing: tuple[dict[str, float], float],
+                ttfb_ms: float, warnings: list[str]) -> Synthesis:
+        stages, total_ms = timing
         audio_s = len(audio) / self.sample_rate
         tokens = self.backend.tokens
         metrics = SynthesisMetrics(
-            stages=timer.results(), ttfb_ms=ttfb_ms, total_ms=total_ms, audio_seconds=audio_s,
+            stages=stages, ttfb_ms=ttfb_ms, total_ms=total_ms, audio_seconds=audio_s,
             rtf=total_ms / 1000 / audio_s if audio_s else float("inf"),
             audio_seconds_per_second=audio_s / (total_ms / 1000) if total_ms else 0.0,
             peak_memory_mb=_peak_memory_mb(self.device),
@@ -140,7 +145,7 @@ class Pipeline:
             chunks.append(chunk)
             yield chunk
         audio = np.concatenate([c.audio for c in chunks]).astype(np.float32)
-        return self._finish(text, audio, timer, chunks[0].elapsed_ms, warnings)
+        return self._finish(text, audio, _timing(timer), chunks[0].elapsed_ms, warnings)
 
     def _timed_prepare(self, text: str, timer: StageTimer) -> tuple[list, list[str]]:
         with timer.stage("text_to_tokens"):
@@ -188,5 +193,6 @@ class Pipeline:
         per_text: list[list[np.ndarray]] = [[] for _ in texts]
         for n, piece in zip(owner, pieces, strict=True):
             per_text[n].append(piece)
-        return [self._finish(t, self._join(a), timer, ttfb, warnings)
+        timing = _timing(timer)
+        return [self._finish(t, self._join(a), timing, ttfb, warnings)
                 for t, a, (_, warnings) in zip(texts, per_text, prepared, strict=True)]

@@ -17,7 +17,7 @@ from lab.config import PipelineConfig
 from lab.frontend import prepare
 from lab.metrics.timers import StageTimer
 from lab.models.piper_voice import PiperVoice, load_voice
-from lab.models.precision import prepare_model
+from lab.models.voice_setup import prepare_model
 from lab.stream import Crossfader, plan_windows
 
 
