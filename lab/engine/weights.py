@@ -153,10 +153,31 @@ def empty_lm(cfg: LMConfig, dtype: torch.dtype, device: torch.device | str) -> L
     return lm
 
 
+def check_host_memory(cfg: LMConfig, dtype: torch.dtype, device: torch.device | str,
+                      name: str) -> None:
+    """Refuse, with the numbers, a CPU model that would not fit in free RAM.
+
+    Picking the orpheus family in the app on a laptop would otherwise try to fill 3B random
+    weights in host memory and take the machine down instead of failing with a reason.
+    """
+    if torch.device(device).type != "cpu":
+        return
+    import psutil
+
+    need = cfg.n_params * torch.empty((), dtype=dtype).element_size()
+    free = psutil.virtual_memory().available
+    if need > 0.8 * free:
+        raise WeightsError(
+            f"shape {name!r} needs {need / 2**30:.1f} GiB of weights in {dtype} but only "
+            f"{free / 2**30:.1f} GiB of RAM is free; use a GPU or a small shape such as "
+            "'tiny-llama' (preset orpheus-tiny-cpu)")
+
+
 def dummy_lm(shape: str, dtype: torch.dtype, device: torch.device | str, seed: int = 0) -> LM:
     """Seeded random weights of a named shape. They make noise, not speech."""
     if shape not in LM_SHAPES:
         raise WeightsError(f"shape {shape!r} is not known; choose one of {sorted(LM_SHAPES)}")
+    check_host_memory(LM_SHAPES[shape], dtype, device, shape)
     lm = empty_lm(LM_SHAPES[shape], dtype, device)
     lm.is_dummy = True
     if torch.device(device).type == "meta":

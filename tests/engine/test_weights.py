@@ -83,3 +83,17 @@ def test_missing_sources_give_clear_errors(tmp_path, monkeypatch):
         load_lm("lab-tests/no-such-model")
     with pytest.raises(WeightsError, match="dtype"):
         load_lm("dummy", shape="tiny-llama", dtype="fp64")
+
+
+def test_a_dummy_model_too_big_for_free_ram_is_refused_with_numbers(monkeypatch):
+    import psutil
+
+    from lab.engine.weights import dummy_lm
+
+    class Tight:
+        available = 2 * 2**30
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Tight)
+    with pytest.raises(WeightsError, match=r"needs 14\.1 GiB .* only 2\.0 GiB .*tiny-llama"):
+        dummy_lm("orpheus-3b", torch.float32, "cpu")
+    assert dummy_lm("tiny-llama", torch.float32, "cpu").is_dummy
