@@ -43,9 +43,9 @@ from lab.models.snac_codec import (
     StreamWindow,
     build_snac,
 )
+from lab.quant.precision import DTYPES
 
 REALTIME_TOKENS_PER_S = 7 * 24000 / 2048
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 WINDOWS = [ORPHEUS_WINDOW, StreamWindow(1, 2, 2), StreamWindow(2, 3, 3), StreamWindow(1, 3, 3)]
 TEXTS = [
     "The quick brown fox jumps over the lazy dog near the riverbank.",

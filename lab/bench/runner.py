@@ -159,10 +159,11 @@ def _measure(
                 latencies += [elapsed * 1e3] * len(group)
                 results += out
                 bar.update()
-    return _row(pipe, texts, batch_size, repeats, wall, latencies, results)
+    return summarize(pipe, texts, batch_size, repeats, wall, latencies, results)
 
 
-def _row(pipe, texts, batch_size, repeats, wall, latencies, results) -> BenchRow:
+def summarize(pipe, texts, batch_size, repeats, wall, latencies, results) -> BenchRow:
+    """One row from timed requests: `wall` seconds over all repeats, per-request latencies."""
     audio = sum(r.metrics.audio_seconds for r in results)
     ttfbs = [r.metrics.ttfb_ms for r in results if r.metrics.ttfb_ms is not None]
     peaks = [r.metrics.peak_memory_mb for r in results if r.metrics.peak_memory_mb is not None]

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from lab.engine.llm import LM, LM_SHAPES, Llama3RopeScaling, LMConfig
+from lab.quant.precision import DTYPES
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SUPPORTED_TYPES = ("llama", "qwen2")
 # Rotary tables are built up front; TTS requests stay far below the 128k Llama-3.2 allows.
 MAX_CONTEXT = 8192

@@ -10,13 +10,10 @@ import torch
 from torch import nn
 
 from lab.config import PipelineConfig
-
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+from lab.quant.precision import DTYPES, apply_precision
 
 
 def _quantize(model: nn.Module, config: PipelineConfig, device: torch.device) -> list[str]:
-    from lab.quant.precision import apply_precision
-
     result = apply_precision(model, config.dtype, config.quant, device)
     return list(result.fallbacks)
 

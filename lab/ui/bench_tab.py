@@ -13,11 +13,10 @@ import time
 from typing import TYPE_CHECKING
 
 import gradio as gr
-import numpy as np
 import pandas as pd
 
 from lab.bench.report import write_report
-from lab.bench.runner import BenchError, config_label
+from lab.bench.runner import BenchError, BenchRow, summarize
 from lab.bench.sweep import INPUT_LENGTH, Sweep, runner_measure
 from lab.config import to_dict
 from lab.frontend import list_sentence_sets, sentence_set
@@ -57,23 +56,12 @@ def parse_values(axis: str, raw: str) -> list:
 def streaming_measure(build, repeats: int = 1):
     """Time to first audio needs the streamed path, one request at a time, not a batch."""
 
-    def measure(cfg: PipelineConfig, texts: list[str]) -> dict:
+    def measure(cfg: PipelineConfig, texts: list[str]) -> BenchRow:
         pipe = build(cfg.replace(stream=True))
         pipe.synthesize(texts[0])
         results = [pipe.synthesize(t) for _ in range(repeats) for t in texts]
-        ttfb = [r.metrics.ttfb_ms for r in results]
-        total = [r.metrics.total_ms for r in results]
-        audio = sum(r.metrics.audio_seconds for r in results)
-        return {
-            "config": config_label(cfg), "batch_size": 1, "n_texts": len(texts),
-            "latency_p50_ms": float(np.percentile(total, 50)),
-            "latency_p95_ms": float(np.percentile(total, 95)),
-            "ttfb_p50_ms": float(np.percentile(ttfb, 50)),
-            "ttfb_p95_ms": float(np.percentile(ttfb, 95)),
-            "rtf": sum(total) / 1000 / audio, "audio_s_per_s": audio / (sum(total) / 1000),
-            "peak_memory_mb": max(r.metrics.peak_memory_mb for r in results),
-            "fallbacks": "; ".join(dict.fromkeys(f for r in results for f in r.fallbacks)),
-        }
+        latencies = [r.metrics.total_ms for r in results]
+        return summarize(pipe, texts, 1, repeats, sum(latencies) / 1000, latencies, results)
 
     return measure
 

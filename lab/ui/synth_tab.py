@@ -68,8 +68,8 @@ def metrics_markdown(syn: Synthesis, chunks: int) -> str:
 
 
 def notes_markdown(cfg: PipelineConfig, pipe: Pipeline, syn: Synthesis) -> str:
-    fallbacks = list(dict.fromkeys([*getattr(pipe, "fallbacks", []), *syn.fallbacks]))
-    warnings = getattr(syn, "warnings", [])
+    fallbacks = syn.fallbacks
+    warnings = syn.warnings
     lines = ["**Fallbacks fired:** " + ("none" if not fallbacks else "")]
     lines += [f"- {f}" for f in fallbacks]
     lines += [f"- text note: {w}" for w in warnings]
