@@ -33,6 +33,18 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Inclusive bounds of the numeric knobs. Validation enforces them and the app's sliders are
+# built from them, so every value a preset may hold is a value the app can show.
+LIMITS: dict[str, tuple[float, float]] = {
+    "batch_size": (1, 256),
+    "decode_interval": (1, 512),
+    "overlap": (0, 128),
+    "crossfade_ms": (0.0, 50.0),
+    "max_chars": (1, 100_000),
+    "seed": (0, 2**31 - 1),
+}
+
+
 class ConfigError(ValueError):
     """A preset or override names an unknown key or holds a bad value."""
 
@@ -85,11 +97,11 @@ class PipelineConfig:
             value = getattr(self, name)
             if value not in choices:
                 raise ConfigError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
-        _check_positive(self, "batch_size", "decode_interval", "max_chars")
-        if self.overlap < 0:
-            raise ConfigError(f"overlap={self.overlap} must be >= 0")
-        if self.crossfade_ms < 0:
-            raise ConfigError(f"crossfade_ms={self.crossfade_ms} must be >= 0")
+        for name, (low, high) in LIMITS.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ConfigError(f"{name}={value} is out of range; it must be between "
+                                  f"{low:g} and {high:g}")
         if self.crossfade_ms > 0 and self.overlap == 0:
             raise ConfigError("crossfade_ms > 0 blends chunks over their shared context, so it "
                               "needs overlap >= 1; set crossfade_ms: 0 for no overlap")
@@ -97,12 +109,6 @@ class PipelineConfig:
     def replace(self, **changes: object) -> PipelineConfig:
         """A copy with some fields changed, validated like a preset."""
         return from_dict({**to_dict(self), **changes})
-
-
-def _check_positive(cfg: PipelineConfig, *names: str) -> None:
-    for name in names:
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"{name}={getattr(cfg, name)} must be >= 1")
 
 
 def _coerce(name: str, hint: object, value: object) -> object:
@@ -161,11 +167,12 @@ def to_dict(cfg: PipelineConfig) -> dict:
     return dataclasses.asdict(cfg)
 
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
+# Presets ship inside the package, so a wheel or a non-editable install finds them too.
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 
 def preset_path(name: str | Path) -> Path:
-    """A preset by file path or by bare name in the shipped `presets/` folder."""
+    """A preset by file path or by bare name in the shipped `lab/presets/` folder."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml") and path.exists():
         return path
