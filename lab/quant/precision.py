@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from lab.quant import ao
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 QUANTS = ("none", "int8-weight", "int8-dynamic", "int4-weight", "fp8")
 FALLBACK_CHAIN = {
@@ -65,7 +67,7 @@ def unsupported_reason(quant: str, device: torch.device, dtype: torch.dtype) -> 
     if quant in ("none", "int8-weight"):
         return None
     try:
-        import torchao  # noqa: F401
+        ao.load()
     except ImportError as err:
         return f"torchao is not importable ({err})"
     cuda = device.type == "cuda"
@@ -91,22 +93,16 @@ def unsupported_reason(quant: str, device: torch.device, dtype: torch.dtype) -> 
 
 def quant_config(quant: str):
     """The torchao config object for a quant mode."""
-    from torchao.quantization import (
-        Float8DynamicActivationFloat8WeightConfig,
-        Int4WeightOnlyConfig,
-        Int8DynamicActivationInt8WeightConfig,
-        Int8WeightOnlyConfig,
-        PerRow,
-    )
-
+    q = ao.quantization()
     if quant == "int8-weight":
-        return Int8WeightOnlyConfig()
+        return q.Int8WeightOnlyConfig()
     if quant == "int8-dynamic":
-        return Int8DynamicActivationInt8WeightConfig()
+        return q.Int8DynamicActivationInt8WeightConfig()
     if quant == "int4-weight":
-        return Int4WeightOnlyConfig(group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d")
+        return q.Int4WeightOnlyConfig(group_size=INT4_GROUP,
+                                      int4_packing_format="tile_packed_to_4d")
     if quant == "fp8":
-        return Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())
+        return q.Float8DynamicActivationFloat8WeightConfig(granularity=q.PerRow())
     raise PrecisionError(f"quant {quant!r} has no torchao config")
 
 
@@ -129,10 +125,8 @@ def shape_fits(quant: str, linear: nn.Linear) -> bool:
 def _probe(quant: str, dtype: torch.dtype, device: torch.device) -> None:
     """Quantize and run one small linear at decode (1 row) and prefill (17 rows) sizes, so a
     kernel that cannot run here fails now, not halfway through the model."""
-    from torchao.quantization import quantize_
-
     probe = nn.Sequential(nn.Linear(256, 256, bias=False)).to(device=device, dtype=dtype)
-    quantize_(probe, quant_config(quant))
+    ao.quantization().quantize_(probe, quant_config(quant))
     with torch.inference_mode():
         for rows in (1, 17):
             y = probe(torch.randn(rows, 256, device=device, dtype=dtype))
@@ -141,8 +135,6 @@ def _probe(quant: str, dtype: torch.dtype, device: torch.device) -> None:
 
 
 def _quantize(model: nn.Module, quant: str, skipped: list[str]) -> int:
-    from torchao.quantization import quantize_
-
     def fits(module: nn.Module, fqn: str) -> bool:
         if not isinstance(module, nn.Linear):
             return False
@@ -153,7 +145,7 @@ def _quantize(model: nn.Module, quant: str, skipped: list[str]) -> int:
 
     n_fit = sum(isinstance(m, nn.Linear) and shape_fits(quant, m) for m in model.modules())
     if n_fit:
-        quantize_(model, quant_config(quant), filter_fn=fits)
+        ao.quantization().quantize_(model, quant_config(quant), filter_fn=fits)
     return n_fit
 
 
