@@ -1,8 +1,13 @@
-"""Command line: `lab synth`, `lab eval`, `lab bench`, `lab app`, `lab presets`."""
+"""Command line: `lab synth`, `lab eval`, `lab bench`, `lab app`, `lab presets`.
+
+Exit codes: 0 success, 1 a quality verdict of FAIL (`lab eval --ref`), 2 bad input (a clear
+one-line message on stderr, nothing written).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -10,15 +15,49 @@ import yaml
 
 from lab.config import ConfigError, PipelineConfig, list_presets, load_preset
 
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
+
 
 def _overrides(pairs: list[str]) -> dict:
-    """`key=value` pairs, values read as YAML so numbers and booleans keep their types."""
+    """`key=value` pairs, values read as YAML so numbers and booleans keep their types.
+
+    A dotted key (`sampling.temperature=0.7`) changes one field of a nested block.
+    """
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep:
+        if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {pair!r}")
         out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def batch_sizes(text: str) -> list[int]:
+    """argparse type for `--batch-sizes 1,4,8`: a usage error, not a traceback, when malformed."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of whole numbers >= 1, e.g. 1,4,8")
+    return sizes
+
+
+def output_path(path: str, force: bool) -> Path:
+    """Check where audio will be written before any model loads, so a typo costs nothing."""
+    out = Path(path)
+    if out.suffix.lower() not in AUDIO_SUFFIXES:
+        raise ConfigError(f"output {path!r} must end in one of {list(AUDIO_SUFFIXES)}")
+    if out.is_dir():
+        raise ConfigError(f"output {path!r} is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise ConfigError(f"output folder {str(out.parent)!r} does not exist")
+    if not os.access(out.parent, os.W_OK):
+        raise ConfigError(f"output folder {str(out.parent)!r} is not writable")
+    if out.exists() and not force:
+        raise ConfigError(f"{path} already exists; pass --force to overwrite it, or choose "
+                          "another name with -o")
     return out
 
 
@@ -37,11 +76,14 @@ def cmd_synth(args: argparse.Namespace) -> None:
 
     from lab.pipeline import Pipeline
 
+    out = output_path(args.output, args.force)
     pipe = Pipeline(_config(args))
     result = pipe.synthesize(args.text)
-    sf.write(args.output, result.audio, result.sample_rate)
+    sf.write(out, result.audio, result.sample_rate)
     m = result.metrics
-    rows = [(f"stage {k}", f"{v:9.1f} ms") for k, v in m.stages.items()]
+    rows = [("model load (once)", f"{pipe.startup['load_ms']:9.1f} ms"),
+            ("warm-up (once)", f"{pipe.startup['warmup_ms']:9.1f} ms")]
+    rows += [(f"stage {k}", f"{v:9.1f} ms") for k, v in m.stages.items()]
     rows += [("ttfb", f"{m.ttfb_ms:9.1f} ms"), ("total", f"{m.total_ms:9.1f} ms"),
              ("audio", f"{m.audio_seconds:9.2f} s"), ("real-time factor", f"{m.rtf:9.3f}"),
              ("audio s per s", f"{m.audio_seconds_per_second:9.2f}"),
@@ -49,19 +91,26 @@ def cmd_synth(args: argparse.Namespace) -> None:
     rows += [("fallback", note) for note in result.fallbacks]
     rows += [("warning", note) for note in result.warnings]
     _print_table(rows)
-    print(f"wrote {args.output}")
+    print("model load and warm-up (compile, first-call set-up) are paid once per pipeline and "
+          "are not part of the request's timings")
+    print(f"wrote {out}")
 
 
 def _read_audio(path: str):
     import soundfile as sf
 
-    if not Path(path).exists():
+    if not Path(path).is_file():
         raise ConfigError(f"audio file not found: {path}")
-    audio, rate = sf.read(path, dtype="float32", always_2d=True)
+    try:
+        audio, rate = sf.read(path, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError) as err:
+        raise ConfigError(f"cannot read {path} as audio ({err}); give a WAV, FLAC or OGG "
+                          "file") from err
     return audio.mean(axis=1), rate
 
 
-def cmd_eval(args: argparse.Namespace) -> None:
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Meters for one file; with --ref, the verdict too, and exit code 1 when it fails."""
     from lab.quality import compare, evaluate
 
     audio, rate = _read_audio(args.audio)
@@ -81,10 +130,13 @@ def cmd_eval(args: argparse.Namespace) -> None:
         rows += [("MCD (dB)", f"{f.mcd_db:.2f}"), ("PESQ wb", f"{f.pesq_wb:.2f}"),
                  ("STOI", f"{f.stoi:.3f}")]
     _print_table(rows)
-    if reference is not None:
-        baseline = evaluate(reference, rate, args.text)
-        print()
-        print(compare(scores, baseline).to_markdown())
+    if reference is None:
+        return 0
+    baseline = evaluate(reference, rate, args.text)
+    report = compare(scores, baseline)
+    print()
+    print(report.to_markdown())
+    return 0 if report.passed else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
@@ -96,19 +148,19 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if not path.exists():
         raise ConfigError(f"text file not found: {args.texts}")
     texts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    sizes = [int(s) for s in args.batch_sizes.split(",")]
     base = _config(args)
-    rows = run_text_set(lambda size: Pipeline(base.replace(batch_size=size)), texts, sizes,
-                        repeats=args.repeats, warmup=args.warmup)
+    rows = run_text_set(lambda size: Pipeline(base.replace(batch_size=size)), texts,
+                        args.batch_sizes, repeats=args.repeats, warmup=args.warmup)
     paths = write_report(rows, args.out, args.stem,
-                         meta={"preset": str(args.preset), "texts": str(args.texts)})
+                         meta={"preset": str(args.preset), "overrides": " ".join(args.set),
+                               "texts": str(args.texts)})
     print(paths.markdown.read_text())
 
 
 def cmd_app(args: argparse.Namespace) -> None:
     from lab.ui import launch
 
-    launch(host=args.host, port=args.port)
+    launch(host=args.host, port=args.port, data_dir=args.data_dir, warm=not args.no_warm)
 
 
 def cmd_presets(_: argparse.Namespace) -> None:
@@ -127,7 +179,9 @@ def _parser() -> argparse.ArgumentParser:
 
     synth = sub.add_parser("synth", help="synthesize text to a WAV file and print timings")
     synth.add_argument("text")
-    synth.add_argument("-o", "--output", default="out.wav")
+    synth.add_argument("-o", "--output", default="out.wav",
+                       help=f"audio file to write ({', '.join(AUDIO_SUFFIXES)})")
+    synth.add_argument("--force", action="store_true", help="overwrite the output if it exists")
     with_config(synth)
     synth.set_defaults(func=cmd_synth)
 
@@ -139,7 +193,10 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a text set at batch sizes; write JSON/CSV/markdown")
     bench.add_argument("--texts", required=True, help="text file, one utterance per line")
-    bench.add_argument("--batch-sizes", default="1,4,8")
+    bench.add_argument("--batch-sizes", type=batch_sizes, default=[1, 4, 8],
+                       help="comma-separated, e.g. 1,4,8; a streaming preset streams at batch "
+                            "1 and runs larger batches one-shot (say --set stream=false to "
+                            "batch every row)")
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--warmup", type=int, default=1)
     bench.add_argument("--out", default="runs/bench")
@@ -150,6 +207,11 @@ def _parser() -> argparse.ArgumentParser:
     app = sub.add_parser("app", help="start the Gradio app")
     app.add_argument("--host", default="127.0.0.1")
     app.add_argument("--port", type=int, default=7860)
+    app.add_argument("--data-dir", default=None,
+                     help="where votes, reports and traces are kept "
+                          "(default: $LAB_DATA_DIR or runs/lab-data)")
+    app.add_argument("--no-warm", action="store_true",
+                     help="skip loading the default pipeline before the server starts")
     app.set_defaults(func=cmd_app)
 
     presets = sub.add_parser("presets", help="list shipped presets")
@@ -160,11 +222,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        args.func(args)
+        return args.func(args) or 0
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

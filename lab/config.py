@@ -7,6 +7,7 @@ preset file, a UI form and a benchmark sweep all describe a run the same way.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -96,7 +97,8 @@ class PipelineConfig:
         for name, choices in CHOICES.items():
             value = getattr(self, name)
             if value not in choices:
-                raise ConfigError(f"{name}={value!r} is not valid; choose one of {list(choices)}")
+                raise ConfigError(f"{name}={value!r} is not valid{did_you_mean(value, choices)}; "
+                                  f"choose one of {list(choices)}")
         for name, (low, high) in LIMITS.items():
             value = getattr(self, name)
             if not low <= value <= high:
@@ -107,8 +109,45 @@ class PipelineConfig:
                               "needs overlap >= 1; set crossfade_ms: 0 for no overlap")
 
     def replace(self, **changes: object) -> PipelineConfig:
-        """A copy with some fields changed, validated like a preset."""
-        return from_dict({**to_dict(self), **changes})
+        """A copy with some fields changed, validated like a preset.
+
+        A nested mapping changes only the keys it names (`sampling={"top_k": 5}` keeps the
+        other sampling values); dotted names such as `"sampling.top_k"` work too.
+        """
+        return from_dict(merge_overrides(to_dict(self), changes))
+
+
+def did_you_mean(given: object, options: typing.Iterable[str]) -> str:
+    """" (did you mean 'x'?)" for the closest options to a mistyped name, or "" when none is.
+
+    A name that contains or is contained in an option ("quantization" and "quant", "int8" and
+    "int8-weight") counts as close even when spelling similarity alone would not.
+    """
+    text = str(given).lower()
+    options = list(options)
+    close = [o for o in options if text and (text in o.lower() or o.lower() in text)]
+    close = close or difflib.get_close_matches(text, options, n=2, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(o) for o in close[:3]) + "?)"
+
+
+def merge_overrides(data: dict, overrides: dict) -> dict:
+    """`data` with `overrides` applied: dotted keys address nested fields, mappings merge.
+
+    So `{"sampling.temperature": 0.7}` and `{"sampling": {"temperature": 0.7}}` both change one
+    sampling value and keep the rest of the preset's sampling block.
+    """
+    merged = dict(data)
+    for key, value in overrides.items():
+        head, dot, rest = str(key).partition(".")
+        if dot:
+            value = {rest: value}
+        current = merged.get(head)
+        if isinstance(value, dict) and isinstance(current, dict):
+            value = merge_overrides(current, value)
+        merged[head] = value
+    return merged
 
 
 def _coerce(name: str, hint: object, value: object) -> object:
@@ -150,7 +189,8 @@ def _build(cls: type, data: dict, prefix: str = "") -> object:
     unknown = sorted(set(data) - set(hints))
     if unknown:
         raise ConfigError(
-            f"unknown key {prefix + unknown[0]!r}; valid keys are {_names(cls)}"
+            f"unknown key {prefix + unknown[0]!r}{did_you_mean(unknown[0], hints)}; "
+            f"valid keys are {_names(cls)}"
         )
     kwargs = {k: _coerce(prefix + k, hints[k], v) for k, v in data.items()}
     return cls(**kwargs)
@@ -195,4 +235,4 @@ def load_preset(name: str | Path, **overrides: object) -> PipelineConfig:
         raise ConfigError(f"preset {path.name} is not valid YAML: {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"preset {path.name} must be a mapping of config keys to values")
-    return from_dict({**data, **overrides})
+    return from_dict(merge_overrides(data, overrides))

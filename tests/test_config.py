@@ -66,3 +66,28 @@ def test_replace_validates_and_leaves_the_original_intact():
     with pytest.raises(ConfigError):
         cfg.replace(dtype="fp64")
     assert cfg.dtype == "fp32"
+
+
+def test_numeric_knobs_are_checked_against_one_bounds_table():
+    from lab.config import LIMITS
+
+    for name, (low, high) in LIMITS.items():
+        with pytest.raises(ConfigError, match=f"{name}=.*between"):
+            PipelineConfig(**{name: type(high)(high * 2 + 1)})
+        assert getattr(PipelineConfig(**{"crossfade_ms": 0.0, name: low}), name) == low
+    assert PipelineConfig(batch_size=64).batch_size == 64
+
+
+def test_overrides_change_one_nested_field_and_keep_the_rest():
+    cfg = load_preset("orpheus-tiny-cpu", **{"sampling.top_k": 7})
+    assert cfg.sampling.top_k == 7 and cfg.sampling.max_tokens == 280
+    assert cfg.replace(sampling={"top_p": 0.5}).sampling.max_tokens == 280
+    with pytest.raises(ConfigError, match="did you mean 'top_k'"):
+        load_preset("cpu-default", **{"sampling.topk": 3})
+
+
+def test_presets_ship_inside_the_package():
+    from importlib.resources import files
+
+    shipped = {p.name for p in files("lab").joinpath("presets").iterdir()}
+    assert {f"{name}.yaml" for name in list_presets()} == shipped

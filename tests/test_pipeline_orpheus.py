@@ -60,3 +60,8 @@ def test_bad_text_is_refused_and_the_engine_keeps_working(orpheus):
     with pytest.raises(TextError):
         orpheus.synthesize("   ")
     assert orpheus.synthesize("Still here.").metrics.total_ms > 0
+
+
+def test_an_unknown_model_name_is_an_error_naming_the_known_ones():
+    with pytest.raises(ValueError, match=r"'tiny-lama' is not a known LM shape.*'tiny-llama'"):
+        Pipeline(load_preset("orpheus-tiny-cpu", model="tiny-lama"))

@@ -1,9 +1,14 @@
 """Run a set of texts through a pipeline at several batch sizes and summarise speed.
 
-The runner times each `synthesize_batch` call itself rather than trusting per-request
-figures: in a batch every request waits for the whole group, so the group's wall time is the
-latency a caller sees. Time to first byte and peak memory only the pipeline can know, so
-those come from each result's metrics.
+The runner times each call itself rather than trusting per-request figures: in a batch every
+request waits for the whole group, so the group's wall time is the latency a caller sees. Time
+to first byte and peak memory only the pipeline can know, so those come from each result's
+metrics.
+
+A streaming config is measured streaming: at batch size 1 each text goes through
+`synthesize`, which streams, so time to first byte is the first chunk and the decode interval
+acts. Streaming renders one text at a time, so larger batch sizes run one-shot batches, and
+both the row's label and its notes say so.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lab.config import PipelineConfig
+from lab.config import PipelineConfig, to_dict
 from lab.metrics.events import events
 
 
@@ -31,6 +36,8 @@ class BatchSynthesizer(Protocol):
     """The slice of the pipeline a benchmark needs."""
 
     config: PipelineConfig
+
+    def synthesize(self, text: str): ...
 
     def synthesize_batch(self, texts: list[str]) -> list: ...
 
@@ -62,18 +69,38 @@ class BenchRow:
         return dataclasses.asdict(self)
 
 
+STREAM_KNOBS = ("decode_interval", "overlap", "crossfade_ms")
+ALWAYS_SHOWN = ("family", "model", "dtype", "device", "stream", "batch_size")
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
 def config_label(cfg: PipelineConfig) -> str:
-    """A short name for a config, showing only the speed knobs that differ from eager fp32."""
-    parts = [f"{cfg.family}:{cfg.model}", cfg.dtype, cfg.device]
-    if cfg.quant != "none":
-        parts.append(cfg.quant)
-    if cfg.compile != "none":
-        parts.append(f"compile={cfg.compile}")
-    if cfg.cuda_graphs:
-        parts.append("cuda-graphs")
-    if cfg.weights != "real":
-        parts.append(f"{cfg.weights}-weights")
+    """A short name for a config: family, model, dtype, device and how audio was produced
+    ("stream/24" or "one-shot"), then every other knob that differs from its default, so an
+    override such as `--set overlap=4` shows in the row it produced. Batch size has its own
+    column; the streaming window is shown only when streaming, where it acts."""
+    parts = [f"{cfg.family}:{cfg.model}", cfg.dtype, cfg.device,
+             f"stream/{cfg.decode_interval}" if cfg.stream else "one-shot"]
+    hidden = set(ALWAYS_SHOWN) | {"decode_interval"} | (set() if cfg.stream else set(STREAM_KNOBS))
+    default = _flat(to_dict(PipelineConfig()))
+    for key, value in _flat(to_dict(cfg)).items():
+        if key not in hidden and value != default[key]:
+            parts.append(f"{key}={value}")
     return " ".join(parts)
+
+
+def streams_at(cfg: PipelineConfig, batch_size: int) -> bool:
+    """Whether a row at `batch_size` is measured streaming (only one text at a time can be)."""
+    return cfg.stream and batch_size == 1
 
 
 def _check(texts: Sequence[str], batch_sizes: Sequence[int], repeats: int, warmup: int) -> None:
@@ -140,9 +167,12 @@ def _measure(
         unit="batch",
         disable=not progress,
     )
+    streaming = streams_at(pipe.config, batch_size)
+    run = (lambda group: [pipe.synthesize(t) for t in group]) if streaming else \
+        pipe.synthesize_batch
     with bar:
         for _ in range(warmup):
-            pipe.synthesize_batch(groups[0])
+            run(groups[0])
             bar.update()
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
@@ -151,7 +181,7 @@ def _measure(
         for _ in range(repeats):
             for group in groups:
                 start = time.perf_counter()
-                out = pipe.synthesize_batch(group)
+                out = run(group)
                 elapsed = time.perf_counter() - start
                 if len(out) != len(group):
                     raise BenchError(f"pipeline returned {len(out)} results for {len(group)} texts")
@@ -162,16 +192,25 @@ def _measure(
     return summarize(pipe, texts, batch_size, repeats, wall, latencies, results)
 
 
+def _ran_as(cfg: PipelineConfig, batch_size: int) -> tuple[PipelineConfig, list[str]]:
+    """The config a row really ran (one-shot when a streaming config is batched) and why."""
+    if cfg.stream and not streams_at(cfg, batch_size):
+        note = f"streaming renders one text at a time; batch {batch_size} ran one-shot"
+        return dataclasses.replace(cfg, stream=False), [note]
+    return cfg, []
+
+
 def summarize(pipe, texts, batch_size, repeats, wall, latencies, results) -> BenchRow:
     """One row from timed requests: `wall` seconds over all repeats, per-request latencies."""
+    ran, notes = _ran_as(pipe.config, batch_size)
     audio = sum(r.metrics.audio_seconds for r in results)
     ttfbs = [r.metrics.ttfb_ms for r in results if r.metrics.ttfb_ms is not None]
     peaks = [r.metrics.peak_memory_mb for r in results if r.metrics.peak_memory_mb is not None]
     if torch.cuda.is_available() and torch.cuda.max_memory_allocated() > 0:
         peaks.append(torch.cuda.max_memory_allocated() / 2**20)
-    notes = dict.fromkeys(note for r in results for note in getattr(r, "fallbacks", []))
+    notes = dict.fromkeys([*notes, *(n for r in results for n in getattr(r, "fallbacks", []))])
     return BenchRow(
-        config=config_label(pipe.config),
+        config=config_label(ran),
         batch_size=batch_size,
         n_texts=len(texts),
         repeats=repeats,

@@ -8,10 +8,11 @@ before anything runs, and a cancelled sweep keeps every point it finished.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
+
+from tqdm.auto import tqdm
 
 from lab.bench.runner import BatchSynthesizer, BenchError, BenchRow, run_text_set
 from lab.config import PipelineConfig
@@ -75,13 +76,6 @@ def text_of_length(sentence: str, n_chars: int) -> str:
     return text[: cut if cut > 0 else n_chars].rstrip()
 
 
-def _set(cfg: PipelineConfig, axis: str, value: object) -> PipelineConfig:
-    if axis.startswith("sampling."):
-        sampling = {**dataclasses.asdict(cfg.sampling), axis.split(".", 1)[1]: value}
-        return cfg.replace(sampling=sampling)
-    return cfg.replace(**{axis: value})
-
-
 def _axes() -> list[str]:
     names = [f.name for f in fields(PipelineConfig) if f.name != "sampling"]
     sampling = [f"sampling.{f.name}" for f in fields(PipelineConfig().sampling)]
@@ -119,7 +113,7 @@ class Sweep:
 
     def _setting(self, value: object) -> tuple[PipelineConfig, list[str]]:
         if self.axis != INPUT_LENGTH:
-            return _set(self.base_config, self.axis, value), self.texts
+            return self.base_config.replace(**{self.axis: value}), self.texts
         if isinstance(value, bool) or not isinstance(value, int):
             raise BenchError(f"input length {value!r} must be an integer number of characters")
         return self.base_config, [text_of_length(t, value) for t in self.texts]
@@ -151,13 +145,20 @@ class Sweep:
         self,
         progress_cb: Callable[[int, int, SweepPoint], None] | None = None,
         cancel: threading.Event | None = None,
+        bar: bool = True,
     ) -> SweepResult:
-        """Measure every value; `progress_cb(done, total, point)` is called after each."""
+        """Measure every value; `progress_cb(done, total, point)` is called after each.
+
+        A sweep takes minutes, so by default a progress bar with an ETA counts its points.
+        """
         result = SweepResult(axis=self.axis, points=[], total=len(self.values))
-        for point in self.points(cancel):
-            result.points.append(point)
-            if progress_cb is not None:
-                progress_cb(len(result.points), result.total, point)
+        with tqdm(total=result.total, desc=f"sweep {self.axis}", unit="point",
+                  disable=not bar) as shown:
+            for point in self.points(cancel):
+                result.points.append(point)
+                shown.update()
+                if progress_cb is not None:
+                    progress_cb(len(result.points), result.total, point)
         result.cancelled = len(result.points) < result.total
         return result
 

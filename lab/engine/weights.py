@@ -176,7 +176,8 @@ def check_host_memory(cfg: LMConfig, dtype: torch.dtype, device: torch.device | 
 def dummy_lm(shape: str, dtype: torch.dtype, device: torch.device | str, seed: int = 0) -> LM:
     """Seeded random weights of a named shape. They make noise, not speech."""
     if shape not in LM_SHAPES:
-        raise WeightsError(f"shape {shape!r} is not known; choose one of {sorted(LM_SHAPES)}")
+        raise WeightsError(f"model {shape!r} is not a known LM shape for dummy weights; "
+                           f"choose one of {sorted(LM_SHAPES)}")
     check_host_memory(LM_SHAPES[shape], dtype, device, shape)
     lm = empty_lm(LM_SHAPES[shape], dtype, device)
     lm.is_dummy = True

@@ -22,7 +22,6 @@ import torch
 from lab.config import PipelineConfig
 from lab.device import resolve_device
 from lab.engine.engine import EngineConfig, LLMEngine
-from lab.engine.llm import LM_SHAPES
 from lab.engine.request import Request, SamplingParams
 from lab.engine.runner import to_device
 from lab.engine.sampler import Candidates
@@ -266,7 +265,7 @@ class OrpheusTTS:
         fallbacks: list[str] = []
         codec_compile = cfg.compile if device.type == "cuda" else "none"
         if cfg.weights == "dummy":
-            shape = cfg.model if cfg.model in LM_SHAPES else "orpheus-3b"
+            shape = "orpheus-3b" if cfg.model == "default" else cfg.model
             lm, lm_cfg = load_lm("dummy", shape=shape, dtype=cfg.dtype, device=device,
                                  seed=cfg.seed)
             layout = OrpheusLayout.fitting(lm_cfg.vocab_size)

@@ -16,7 +16,9 @@ from lab.config import PipelineConfig
 from lab.frontend import check_text, is_speakable, normalize_text, split_sentences
 from lab.metrics.timers import StageTimer
 from lab.models.orpheus import OrpheusTTS
+from lab.models.snac_codec import FRAME_CODES
 
+WARMUP_FRAMES = 4
 DUMMY_WARNING = "dummy weights: the LM and codec are random, so the audio is noise, not speech"
 
 
@@ -40,6 +42,12 @@ class OrpheusBackend:
 
     def _sampling(self, seed: int):
         return dataclasses.replace(self.tts.sampling, seed=seed)
+
+    def warm_up(self, text: str) -> None:
+        """A few frames of one request through the engine and the codec, so compile, graph
+        capture and first-call set-up happen at load rather than in the first request."""
+        sampling = dataclasses.replace(self._sampling(0), max_tokens=WARMUP_FRAMES * FRAME_CODES)
+        self.tts.synthesize(self.prepare(text)[0][:1], self.config.voice, sampling)
 
     def synthesize(self, units: list[str], seeds: list[int],
                    timer: StageTimer) -> list[np.ndarray]:

@@ -55,6 +55,9 @@ class ConvVoice:
         torch.manual_seed(0)
         self.conv = torch.nn.Conv1d(1, 1, 15, padding=7)
 
+    def synthesize(self, text: str) -> ToySynthesis:
+        return self.synthesize_batch([text])[0]
+
     def synthesize_batch(self, texts: list[str]) -> list[ToySynthesis]:
         start = time.perf_counter()
         self.calls.append(len(texts))
@@ -89,7 +92,8 @@ def test_rows_per_batch_size_with_exact_sums():
     made = {}
 
     def make(batch_size):
-        made[batch_size] = ConvVoice(PipelineConfig(batch_size=batch_size, weights="dummy"))
+        made[batch_size] = ConvVoice(PipelineConfig(batch_size=batch_size, weights="dummy",
+                                                      stream=False))
         return made[batch_size]
 
     rows = run_text_set(make, TEXTS, [1, 2], repeats=2, warmup=1, progress=False)
@@ -107,7 +111,7 @@ def test_rows_per_batch_size_with_exact_sums():
         assert row.latency_p95_ms >= row.latency_p50_ms
         assert 0 < row.ttfb_p50_ms <= row.latency_p50_ms
         assert row.fallbacks == "compile failed: toy; ran eager"
-        assert "dummy-weights" in row.config and "fp32" in row.config
+        assert "weights=dummy" in row.config and "fp32" in row.config
     assert rows[0].wall_s >= 5 * CALL_SLEEP_S
     assert rows[0].peak_memory_mb == 10.0 and rows[1].peak_memory_mb == 20.0
 
@@ -159,8 +163,18 @@ def test_wrong_result_count_is_reported():
 def test_config_label_shows_changed_speed_knobs():
     cfg = PipelineConfig(dtype="bf16", quant="int8-weight", compile="default", cuda_graphs=True)
     label = config_label(cfg)
-    assert label.startswith("piper-vits:default bf16 auto")
-    assert "int8-weight" in label and "compile=default" in label and "cuda-graphs" in label
+    assert label.startswith("piper-vits:default bf16 auto stream/24")
+    assert "quant=int8-weight" in label and "compile=default" in label
+    assert "cuda_graphs=True" in label
+
+
+def test_config_label_shows_every_override_and_the_streaming_mode():
+    base = PipelineConfig(device="cpu")
+    assert config_label(base.replace(overlap=4)) != config_label(base)
+    assert "sampling.temperature=0.7" in config_label(base.replace(**{"sampling.temperature": 0.7}))
+    assert config_label(base.replace(decode_interval=12)).split()[3] == "stream/12"
+    one_shot = config_label(base.replace(stream=False, decode_interval=12))
+    assert "one-shot" in one_shot and "12" not in one_shot
 
 
 def test_runner_measure_plugs_the_runner_into_a_sweep():
@@ -175,3 +189,19 @@ def test_runner_measure_plugs_the_runner_into_a_sweep():
     rows = result.rows()
     assert [(r["value"], r["batch_size"]) for r in rows] == [(1, 1), (3, 3)]
     assert all(r["rtf"] > 0 for r in rows)
+
+
+def test_a_streaming_config_is_benchmarked_streaming_at_batch_one(voice_pipeline):
+    """The real voice: streamed rows hear the first chunk early; batched rows say they ran
+    one-shot, so a decode-interval sweep through the runner measures what it claims."""
+    from lab.pipeline import Pipeline
+
+    text = "Streaming should start speaking well before the whole sentence is done."
+    streamed = voice_pipeline.config.replace(stream=True, decode_interval=12)
+    rows = run_text_set(lambda b: Pipeline(streamed.replace(batch_size=b)), [text, text],
+                        [1, 2], warmup=0, progress=False)
+    assert rows[0].ttfb_p50_ms < 0.6 * rows[0].latency_p50_ms
+    assert "stream/12" in rows[0].config and "ran one-shot" not in rows[0].fallbacks
+    assert "one-shot" in rows[1].config and "batch 2 ran one-shot" in rows[1].fallbacks
+    one_shot = run_text_set(lambda b: voice_pipeline, [text], [1], warmup=0, progress=False)
+    assert one_shot[0].ttfb_p50_ms > 0.95 * one_shot[0].latency_p50_ms
