@@ -17,7 +17,7 @@ install:
 install-test: install
 	$(PIP) install -e ".[test]"
 	@command -v chromium >/dev/null && command -v ffmpeg >/dev/null || \
-		(apt-get update -qq && apt-get install -y -qq chromium ffmpeg)
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium ffmpeg)
 
 app: install
 	$(PYTHON) app.py
