@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from lab.bench.runner import BatchSynthesizer, BenchError, BenchRow, run_text_set
 from lab.config import PipelineConfig
