@@ -36,6 +36,7 @@ class BatchSynthesizer(Protocol):
     """The slice of the pipeline a benchmark needs."""
 
     config: PipelineConfig
+    startup: dict[str, float]
 
     def synthesize(self, text: str): ...
 
@@ -47,7 +48,9 @@ class BenchRow:
     """Speed of one configuration over one text set.
 
     `wall_s` and `audio_s` are per pass over the set (averaged over repeats); `rtf` is wall
-    over audio, so below 1 is faster than real time; latencies are per request.
+    over audio, so below 1 is faster than real time; latencies are per request. `load_ms` and
+    `warmup_ms` are the pipeline's one-time costs (warm-up includes any compile), reported
+    beside the row and never inside its timings.
     """
 
     config: str
@@ -64,6 +67,8 @@ class BenchRow:
     ttfb_p95_ms: float | None
     peak_memory_mb: float | None
     fallbacks: str = ""
+    load_ms: float | None = None
+    warmup_ms: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -224,6 +229,8 @@ def summarize(pipe, texts, batch_size, repeats, wall, latencies, results) -> Ben
         ttfb_p95_ms=_pct(ttfbs, 95),
         peak_memory_mb=max(peaks) if peaks else None,
         fallbacks="; ".join(notes),
+        load_ms=pipe.startup.get("load_ms"),
+        warmup_ms=pipe.startup.get("warmup_ms"),
     )
 
 

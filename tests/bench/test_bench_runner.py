@@ -48,6 +48,7 @@ class ToySynthesis:
 class ConvVoice:
     def __init__(self, config: PipelineConfig, ttfb: bool = True, extra: int = 0):
         self.config = config
+        self.startup = {"load_ms": 5.0, "warmup_ms": 7.0}
         self.sample_rate = SR
         self.calls: list[int] = []
         self.ttfb = ttfb
@@ -114,6 +115,7 @@ def test_rows_per_batch_size_with_exact_sums():
         assert "weights=dummy" in row.config and "fp32" in row.config
     assert rows[0].wall_s >= 5 * CALL_SLEEP_S
     assert rows[0].peak_memory_mb == 10.0 and rows[1].peak_memory_mb == 20.0
+    assert all(r.load_ms == 5.0 and r.warmup_ms == 7.0 for r in rows)
 
 
 def test_missing_ttfb_reads_none_and_event_is_recorded():
