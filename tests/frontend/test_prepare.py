@@ -47,9 +47,37 @@ def test_prepare_enforces_the_configured_cap():
         prepare("eleven char", ID_MAP, max_chars=10)
 
 
-def test_prepare_strips_controls():
-    prepared = prepare("Hel\x00lo\x1b world", ID_MAP)
-    assert prepared.sentences[0].normalized == "Hello world"
+def test_prepare_turns_controls_into_word_breaks():
+    prepared = prepare("hello\x00world", ID_MAP)
+    assert prepared.sentences[0].normalized == "hello world"
+    assert prepared.ids == prepare("hello world", ID_MAP).ids
+    assert prepared.ids != prepare("helloworld", ID_MAP).ids
+
+
+def test_prepare_removes_escape_sequences_whole():
+    coloured = prepare("\x1b]0;build\x07\x1b[31mWarning\x1b[0m: disk full", ID_MAP)
+    assert coloured.sentences[0].normalized == "Warning: disk full"
+    assert coloured.ids == prepare("Warning: disk full", ID_MAP).ids
+
+
+def test_prepare_drops_emoji_with_a_note():
+    prepared = prepare("Great job 👍🏽!", ID_MAP)
+    assert prepared.sentences[0].normalized == "Great job!"
+    assert prepared.ids == prepare("Great job!", ID_MAP).ids
+    assert prepared.warnings == ["1 emoji or pictographic symbol was dropped; it is not spoken"]
+    with pytest.raises(TextError, match="nothing to speak"):
+        prepare("🎉🎉", ID_MAP)
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [("It is 20°C", "It is twenty degrees Celsius"), ("$5 & 10%", "five dollars and ten percent")],
+)
+def test_prepare_still_speaks_symbols(text, spoken):
+    prepared = prepare(text, ID_MAP)
+    assert prepared.sentences[0].normalized == spoken
+    assert prepared.ids == prepare(spoken, ID_MAP).ids
+    assert prepared.warnings == []
 
 
 def test_prepare_warns_on_non_english():
