@@ -24,7 +24,11 @@ from lab.models.piper_backend import PiperBackend
 from lab.quant.precision import weight_bytes
 
 SENTENCE_GAP_S = 0.12
-WARMUP_TEXT = "Warming up."
+# A very short and a long sentence: a compiled model with dynamic shapes settles its guards
+# only after it has seen lengths at both ends, so one warm-up text would leave a recompile for
+# the first real request.
+WARMUP_TEXTS = ("Hi.", "This longer sentence warms the model up for the lengths that real "
+                "requests bring, so that nothing is compiled while a listener waits.")
 
 
 @dataclass
@@ -99,7 +103,7 @@ class Pipeline:
         started = time.perf_counter()
         self.backend = load_backend(self.config, self.device)
         loaded = time.perf_counter()
-        self.backend.warm_up(WARMUP_TEXT)
+        self.backend.warm_up(WARMUP_TEXTS)
         self.startup = {"load_ms": (loaded - started) * 1e3,
                         "warmup_ms": (time.perf_counter() - loaded) * 1e3}
         self.fallbacks = list(self.backend.fallbacks)

@@ -91,3 +91,27 @@ def test_cuda_on_a_cpu_machine_is_a_clear_error():
         pytest.skip("this machine has a GPU")
     with pytest.raises(ConfigError, match="no CUDA GPU"):
         Pipeline(PipelineConfig(device="cuda"))
+
+
+def test_warm_up_runs_at_load_on_the_request_paths_and_stays_out_of_request_timings(
+        monkeypatch):
+    """What warm-up costs (here a deliberate 5 s, standing in for a compile) is reported in
+    `startup`, and the first request's own timings do not contain it."""
+    import time
+
+    from lab.models.piper_backend import PiperBackend
+
+    seen = []
+    original = PiperBackend.warm_up
+
+    def slow_warm_up(self, texts):
+        seen.extend(texts)
+        time.sleep(5.0)
+        original(self, texts)
+
+    monkeypatch.setattr(PiperBackend, "warm_up", slow_warm_up)
+    pipe = Pipeline(PipelineConfig(device="cpu", stream=True, decode_interval=12))
+    assert len(seen) == 2 and len(seen[0]) < len(seen[1])
+    assert pipe.startup["warmup_ms"] >= 5000 and pipe.startup["load_ms"] > 0
+    first = pipe.synthesize("Hi there.")
+    assert first.metrics.total_ms < 5000

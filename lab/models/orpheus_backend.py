@@ -43,11 +43,12 @@ class OrpheusBackend:
     def _sampling(self, seed: int):
         return dataclasses.replace(self.tts.sampling, seed=seed)
 
-    def warm_up(self, text: str) -> None:
-        """A few frames of one request through the engine and the codec, so compile, graph
-        capture and first-call set-up happen at load rather than in the first request."""
+    def warm_up(self, texts: tuple[str, ...]) -> None:
+        """A few frames of one request per text through the engine and the codec, so compile,
+        graph capture and first-call set-up happen at load rather than in the first request."""
         sampling = dataclasses.replace(self._sampling(0), max_tokens=WARMUP_FRAMES * FRAME_CODES)
-        self.tts.synthesize(self.prepare(text)[0][:1], self.config.voice, sampling)
+        units = [self.prepare(text)[0][0] for text in texts]
+        self.tts.synthesize(units, self.config.voice, [sampling] * len(units))
 
     def synthesize(self, units: list[str], seeds: list[int],
                    timer: StageTimer) -> list[np.ndarray]:

@@ -86,14 +86,15 @@ class PiperBackend:
         prepared = prepare(text, s.phoneme_id_map, s.espeak_voice, self.config.max_chars)
         return prepared.ids, prepared.warnings
 
-    def warm_up(self, text: str) -> None:
-        """Run `text` once through the paths requests take (batched, and streamed when the
+    def warm_up(self, texts: tuple[str, ...]) -> None:
+        """Run each text once through the paths requests take (batched, and streamed when the
         config streams), so compilation and first-call set-up happen before any request."""
-        ids = self.prepare(text)[0][:1]
-        self.synthesize(ids, [0], StageTimer(self.device))
-        if self.config.stream:
-            for _ in self.stream(ids[0], 0, StageTimer(self.device)):
-                pass
+        for text in texts:
+            ids = self.prepare(text)[0][:1]
+            self.synthesize(ids, [0], StageTimer(self.device))
+            if self.config.stream:
+                for _ in self.stream(ids[0], 0, StageTimer(self.device)):
+                    pass
 
     def synthesize(self, ids: list[list[int]], seeds: list[int],
                    timer: StageTimer) -> list[np.ndarray]:
