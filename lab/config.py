@@ -44,6 +44,13 @@ LIMITS: dict[str, tuple[float, float]] = {
     "max_chars": (1, 100_000),
     "seed": (0, 2**31 - 1),
 }
+SAMPLING_LIMITS: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.01, 1.0),
+    "top_k": (0, 1000),
+    "repetition_penalty": (0.5, 2.0),
+    "max_tokens": (1, 100_000),
+}
 
 
 class ConfigError(ValueError):
@@ -59,6 +66,9 @@ class SamplingConfig:
     top_k: int = 50
     repetition_penalty: float = 1.1
     max_tokens: int = 1200
+
+    def __post_init__(self) -> None:
+        check_limits(self, SAMPLING_LIMITS, "sampling.")
 
 
 @dataclass(frozen=True)
@@ -99,11 +109,7 @@ class PipelineConfig:
             if value not in choices:
                 raise ConfigError(f"{name}={value!r} is not valid{did_you_mean(value, choices)}; "
                                   f"choose one of {list(choices)}")
-        for name, (low, high) in LIMITS.items():
-            value = getattr(self, name)
-            if not low <= value <= high:
-                raise ConfigError(f"{name}={value} is out of range; it must be between "
-                                  f"{low:g} and {high:g}")
+        check_limits(self, LIMITS)
         if self.crossfade_ms > 0 and self.overlap == 0:
             raise ConfigError("crossfade_ms > 0 blends chunks over their shared context, so it "
                               "needs overlap >= 1; set crossfade_ms: 0 for no overlap")
@@ -115,6 +121,15 @@ class PipelineConfig:
         other sampling values); dotted names such as `"sampling.top_k"` work too.
         """
         return from_dict(merge_overrides(to_dict(self), changes))
+
+
+def check_limits(cfg: object, limits: dict[str, tuple[float, float]], prefix: str = "") -> None:
+    """Raise ConfigError naming the first field of `cfg` outside its inclusive bounds."""
+    for name, (low, high) in limits.items():
+        value = getattr(cfg, name)
+        if not low <= value <= high:
+            raise ConfigError(f"{prefix}{name}={value} is out of range; it must be between "
+                              f"{low:g} and {high:g}")
 
 
 def did_you_mean(given: object, options: typing.Iterable[str]) -> str:

@@ -91,3 +91,12 @@ def test_presets_ship_inside_the_package():
 
     shipped = {p.name for p in files("lab").joinpath("presets").iterdir()}
     assert {f"{name}.yaml" for name in list_presets()} == shipped
+
+
+def test_sampling_values_are_checked_against_their_bounds():
+    from lab.config import SAMPLING_LIMITS, SamplingConfig
+
+    for name, (low, high) in SAMPLING_LIMITS.items():
+        with pytest.raises(ConfigError, match=f"sampling.{name}=.*between"):
+            from_dict({"sampling": {name: type(high)(high * 2 + 1)}})
+        assert getattr(SamplingConfig(**{name: low}), name) == low

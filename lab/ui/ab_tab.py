@@ -16,12 +16,12 @@ import gradio as gr
 import numpy as np
 
 from lab.bench.runner import config_label
-from lab.config import PipelineConfig, to_dict
+from lab.config import LIMITS, PipelineConfig, to_dict
 from lab.listening import BlindTrial, Contender, new_session_id, new_trial
 from lab.quality import compare, evaluate
 from lab.ui import charts
 from lab.ui.knobs import Panel, build_panel
-from lab.ui.synth_tab import EXAMPLE_TEXT, PLAIN, pcm16, resolve_config
+from lab.ui.synth_tab import EXAMPLE_TEXT, PLAIN, PROGRESS, pcm16, resolve_config
 
 if TYPE_CHECKING:
     from lab.ui.blocks import LabContext
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 WIN_COLUMNS = ["config_a", "config_b", "votes", "a_wins", "b_wins", "ties", "a_win_rate",
                "b_win_rate"]
 MOS_KEYS = ("ovrl", "sig", "bak", "p808")
-PROGRESS = gr.Progress()  # gradio hands each request its own tracker in place of this default
 
 
 @dataclass
@@ -72,10 +71,16 @@ def render(ctx: LabContext, text: str, seed: float, session: str | None,
     return state, (rate, pcm16(x)), (rate, pcm16(y)), session
 
 
-def reveal_quality(state: Rendered) -> tuple[str, object]:
-    """Score both takes: B against A as reference, then B's verdict against A."""
+def reveal_quality(state: Rendered, progress: gr.Progress) -> tuple[str, object]:
+    """Score both takes: B against A as reference, then B's verdict against A.
+
+    Scoring runs the MOS proxy and ASR on each take (and loads them the first time), so it
+    reports its two steps; any tqdm bar inside, such as a model download, nests under them.
+    """
     trial = state.trial
+    progress((0, 2), desc="scoring A (MOS proxy, ASR)", unit="take")
     base = evaluate(state.audio_a, state.sample_rate, trial.text)
+    progress((1, 2), desc="scoring B against A", unit="take")
     cand = evaluate(state.audio_b, state.sample_rate, trial.text, reference=state.audio_a)
     report = compare(cand, base)
     verdict = "PASS" if report.passed else "FAIL"
@@ -108,7 +113,8 @@ class AbWidgets:
     buttons: list
 
 
-def cast_vote(ctx: LabContext, w: AbWidgets, choice: str, state: Rendered | None):
+def cast_vote(ctx: LabContext, w: AbWidgets, choice: str, state: Rendered | None,
+              progress: gr.Progress):
     """Store the vote durably, then reveal labels and quality."""
     if state is None or state.voted:
         msg = "Render a new blind pair first." if state is None else "This pair has a vote."
@@ -128,13 +134,22 @@ def cast_vote(ctx: LabContext, w: AbWidgets, choice: str, state: Rendered | None
         **{b: gr.Button(interactive=False) for b in w.buttons},
     }
     try:
-        md, qchart = reveal_quality(state)
+        md, qchart = reveal_quality(state, progress)
     except (ValueError, RuntimeError) as err:
         out[w.reveal] += f"\n\n⚠️ Quality scores unavailable: {err}"
         return out
     out[w.reveal] += "\n\n" + md
     out[w.quality_chart] = qchart
     return out
+
+
+def _voter(ctx: LabContext, w: AbWidgets, choice: str):
+    """The click handler of one vote button (Gradio finds the tracker by its default)."""
+
+    def on_vote(state: Rendered | None, progress=PROGRESS):
+        return cast_vote(ctx, w, choice, state, progress)
+
+    return on_vote
 
 
 def _panel(side: str, cfg: PipelineConfig, preset: str | None) -> Panel:
@@ -145,7 +160,8 @@ def _panel(side: str, cfg: PipelineConfig, preset: str | None) -> Panel:
 
 def build(ctx: LabContext, demo: gr.Blocks) -> None:
     text = gr.Textbox(EXAMPLE_TEXT, lines=2, label="Text (same for both)", elem_id="ab-text")
-    seed = gr.Number(0, precision=0, label="Seed (same for both)")
+    seed = gr.Number(0, precision=0, minimum=LIMITS["seed"][0], maximum=LIMITS["seed"][1],
+                     label="Seed (same for both)", elem_id="ab-seed")
     with gr.Accordion("Configurations", open=False), gr.Row():
         panel_a = _panel("A", ctx.default, ctx.default_preset)
         panel_b = _panel("B", ctx.default.replace(decode_interval=8, overlap=4), None)
@@ -189,6 +205,6 @@ def build(ctx: LabContext, demo: gr.Blocks) -> None:
              concurrency_limit=1)
     outputs = [state, reveal, quality_chart, table, win_chart, status, *buttons]
     for button, choice in zip(buttons, ("x", "same", "y"), strict=True):
-        button.click(lambda st, c=choice: cast_vote(ctx, w, c, st), state, outputs)
+        button.click(_voter(ctx, w, choice), state, outputs)
     export.click(lambda: gr.File(export_votes(ctx), visible=True), None, export_file)
     demo.load(lambda: win_table(ctx), None, [table, win_chart])

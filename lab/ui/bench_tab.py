@@ -22,13 +22,12 @@ from lab.config import to_dict
 from lab.frontend import list_sentence_sets, sentence_set
 from lab.ui import charts
 from lab.ui.knobs import build_panel
-from lab.ui.synth_tab import resolve_config
+from lab.ui.synth_tab import PROGRESS, resolve_config
 
 if TYPE_CHECKING:
     from lab.config import PipelineConfig
     from lab.ui.blocks import LabContext
 
-PROGRESS = gr.Progress()  # gradio hands each request its own tracker in place of this default
 AXES = {
     "batch size": ("batch_size", "1, 2, 4"),
     "decode interval": ("decode_interval", "8, 16, 32, 64"),
@@ -84,18 +83,21 @@ def table(rows: list[dict]) -> pd.DataFrame:
 
 
 def run_sweep(ctx: LabContext, sweep: Sweep, cancel: threading.Event, progress):
-    """Yield (rows, report paths, status) after each point, saving the report every time."""
+    """Yield (rows, report paths, status) after each point, saving the report every time.
+
+    The points are the outer level of `progress`; the runner's per-batch tqdm bar nests
+    under it, so the browser shows both how far the sweep is and how far this point is.
+    """
     stem = f"sweep-{sweep.axis}-{time.strftime('%Y%m%d-%H%M%S')}"
     meta = {"axis": sweep.axis, "values": sweep.values, "config": to_dict(sweep.base_config)}
     rows: list[dict] = []
     total = len(sweep.values)
-    progress((0, total), desc=f"{sweep.axis} = {sweep.values[0]}")
-    for done, point in enumerate(sweep.points(cancel), start=1):
+    points = progress.tqdm(sweep.points(cancel), desc=f"sweep over {sweep.axis}",
+                           total=total, unit="point")
+    for done, point in enumerate(points, start=1):
         rows += point.records()
         paths = write_report(rows, ctx.data_dir / "bench", stem, meta=meta,
                              title=f"Sweep over {sweep.axis}")
-        nxt = f"{sweep.axis} = {sweep.values[done]}" if done < total else "done"
-        progress((done, total), desc=nxt)
         note = f" ({point.error})" if point.error else ""
         yield rows, [str(paths.csv), str(paths.json)], f"{done}/{total} points{note}"
 

@@ -14,13 +14,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from lab.config import (
-    COMPILE_MODES,
-    DEVICES,
-    DTYPES,
-    FAMILIES,
-    KV_CACHES,
-    QUANTS,
-    WEIGHTS,
+    CHOICES,
+    LIMITS,
+    SAMPLING_LIMITS,
     ConfigError,
     PipelineConfig,
     from_dict,
@@ -49,6 +45,24 @@ KNOB_FIELDS = (
     "top_p",
 )
 SAMPLING_FIELDS = ("temperature", "top_p")
+LABELS = {
+    "family": "Model family",
+    "weights": "Weights",
+    "device": "Device",
+    "dtype": "Precision",
+    "quant": "Quantization",
+    "compile": "torch.compile",
+    "batch_size": "Batch size",
+    "decode_interval": "Decode interval (frames)",
+    "overlap": "Window overlap (frames)",
+    "crossfade_ms": "Crossfade (ms)",
+    "seed": "Sampling seed",
+    "kv_cache": "KV cache",
+    "temperature": "Temperature",
+    "top_p": "Top-p",
+}
+STEPS = {"batch_size": 1, "decode_interval": 1, "overlap": 1, "crossfade_ms": 0.5,
+         "temperature": 0.05, "top_p": 0.01}
 
 
 class KnobError(ValueError):
@@ -129,10 +143,16 @@ def family_note(name: str, weights: str) -> str:
     else:
         note = (f"**{fam.name}**: {fam.description}. It renders all frames in one pass, so "
                 "**KV cache, continuous batching, sampling and dummy weights do not apply**; "
-                "precision, quantization, compile, batch size and the streaming window do.")
+                "precision, compile, batch size and the streaming window do.")
+    note += f"\n\n**Quantization:** {fam.quantization}."
     if fam.autoregressive and weights == "dummy":
         note = f"{DUMMY_WARNING}\n\n{note}"
     return note
+
+
+def family_view(name: str, weights: str) -> tuple[str, gr.Dropdown]:
+    """The note and the Quantization dropdown's info, both read from the family declaration."""
+    return family_note(name, weights), gr.Dropdown(info=family_info(name).quantization)
 
 
 @dataclass
@@ -160,46 +180,53 @@ class Knobs:
     def inputs(self) -> list[gr.components.Component]:
         return [getattr(self, name) for name in KNOB_FIELDS]
 
-    def set_values(self, cfg: PipelineConfig) -> list:
-        """Output values for `inputs()` + the note, for filling the panel from a preset."""
-        return [*knob_values(cfg), family_note(cfg.family, cfg.weights)]
+
+def _elem_id(key: str, name: str) -> str:
+    return f"{key}-{name.replace('_', '-')}"
+
+
+def _dropdown(name: str, value: str, key: str, **extra: object) -> gr.Dropdown:
+    """A choice knob offering exactly the values the config accepts."""
+    return gr.Dropdown(list(CHOICES[name]), value=value, label=LABELS[name],
+                       elem_id=_elem_id(key, name), **extra)
+
+
+def _slider(name: str, value: float, key: str) -> gr.Slider:
+    """A numeric knob whose range is the config's own bound, so any valid preset fits it."""
+    low, high = {**LIMITS, **SAMPLING_LIMITS}[name]
+    return gr.Slider(low, high, value=value, step=STEPS[name], label=LABELS[name],
+                     elem_id=_elem_id(key, name))
 
 
 def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
     """Lay out the panel inside the current Blocks context, initialised from `cfg`."""
     v = dict(zip(KNOB_FIELDS, knob_values(cfg), strict=True))
     with gr.Row():
-        family = gr.Dropdown(list(FAMILIES), value=v["family"], label="Model family",
-                             elem_id=f"{key}-family")
-        weights = gr.Dropdown(list(WEIGHTS), value=v["weights"], label="Weights")
-        device = gr.Dropdown(list(DEVICES), value=v["device"], label="Device")
-        dtype = gr.Dropdown(list(DTYPES), value=v["dtype"], label="Precision")
-        quant = gr.Dropdown(list(QUANTS), value=v["quant"], label="Quantization")
-        compile_mode = gr.Dropdown(list(COMPILE_MODES), value=v["compile"],
-                                   label="torch.compile")
+        family, weights, device, dtype = (
+            _dropdown(n, v[n], key) for n in ("family", "weights", "device", "dtype"))
+        quant = _dropdown("quant", v["quant"], key, info=family_info(v["family"]).quantization)
+        compile_mode = _dropdown("compile", v["compile"], key)
     with gr.Row():
-        batch_size = gr.Slider(1, 32, value=v["batch_size"], step=1, label="Batch size")
-        decode_interval = gr.Slider(1, 256, value=v["decode_interval"], step=1,
-                                    label="Decode interval (frames)")
-        overlap = gr.Slider(0, 64, value=v["overlap"], step=1, label="Window overlap (frames)")
-        crossfade = gr.Slider(0.0, 20.0, value=v["crossfade_ms"], step=0.5,
-                              label="Crossfade (ms)")
-        seed = gr.Number(value=v["seed"], precision=0, label="Sampling seed")
+        batch_size, decode_interval, overlap, crossfade = (
+            _slider(n, v[n], key) for n in ("batch_size", "decode_interval", "overlap",
+                                             "crossfade_ms"))
+        low, high = LIMITS["seed"]
+        seed = gr.Number(value=v["seed"], precision=0, minimum=low, maximum=high,
+                         label=LABELS["seed"], elem_id=_elem_id(key, "seed"))
     with gr.Accordion("Autoregressive engine (orpheus only)",
                       open=family_info(v["family"]).autoregressive), gr.Row():
-        kv_cache = gr.Dropdown(list(KV_CACHES), value=v["kv_cache"], label="KV cache",
-                               elem_id=f"{key}-kv-cache")
-        batching = gr.Checkbox(value=v["continuous_batching"], label="Continuous batching")
-        graphs = gr.Checkbox(value=v["cuda_graphs"], label="CUDA graphs (decode step)")
-        temperature = gr.Slider(0.0, 2.0, value=v["temperature"], step=0.05,
-                                label="Temperature")
-        top_p = gr.Slider(0.05, 1.0, value=v["top_p"], step=0.05, label="Top-p")
+        kv_cache = _dropdown("kv_cache", v["kv_cache"], key)
+        batching = gr.Checkbox(value=v["continuous_batching"], label="Continuous batching",
+                               elem_id=_elem_id(key, "continuous_batching"))
+        graphs = gr.Checkbox(value=v["cuda_graphs"], label="CUDA graphs (decode step)",
+                             elem_id=_elem_id(key, "cuda_graphs"))
+        temperature, top_p = (_slider(n, v[n], key) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
                   decode_interval, overlap, crossfade, seed, kv_cache, batching, graphs,
                   temperature, top_p, note)
     for widget in (family, weights):
-        widget.change(family_note, [family, weights], note, show_progress="hidden")
+        widget.change(family_view, [family, weights], [note, quant], show_progress="hidden")
     return knobs
 
 
@@ -207,8 +234,8 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
 class Panel:
     """A preset picker (shipped or uploaded YAML) over a knob panel.
 
-    `base` holds the preset as plain data, so fields without a widget (crossfade, voice,
-    max_chars, noise scales) travel with the request instead of being reset.
+    `base` holds the preset as plain data, so fields without a widget (voice, max_chars,
+    noise scales, the rest of sampling) travel with the request instead of being reset.
     """
 
     preset: gr.Dropdown

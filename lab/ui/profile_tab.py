@@ -17,13 +17,13 @@ import pandas as pd
 from lab.metrics.profile import ProfileResult, profile_call
 from lab.ui import charts
 from lab.ui.knobs import build_panel
-from lab.ui.synth_tab import EXAMPLE_TEXT, load, resolve_config
+from lab.ui.synth_tab import EXAMPLE_TEXT, PROGRESS, load, resolve_config
 
 if TYPE_CHECKING:
     from lab.ui.blocks import LabContext
 
-PROGRESS = gr.Progress()  # gradio hands each request its own tracker in place of this default
 TOP = 3
+STEPS = 4  # load, warm-up, profiled run, trace export
 
 
 def bottlenecks(result: ProfileResult) -> str:
@@ -44,11 +44,13 @@ def _frame(rows) -> pd.DataFrame:
 
 
 def run_profile(ctx: LabContext, cfg, text: str, progress) -> tuple[ProfileResult, str]:
-    pipe = load(ctx, cfg, progress)
-    progress(0.2, desc="warm-up run")
+    """Load, warm up, profile and export as counted steps, so the bar moves and has an ETA."""
+    pipe = load(ctx, cfg, progress, STEPS)
+    progress((1, STEPS), desc="warm-up run (not profiled)", unit="step")
     pipe.synthesize(text)
-    progress(0.5, desc="profiled run")
+    progress((2, STEPS), desc="profiled run", unit="step")
     result = profile_call(lambda: pipe.synthesize(text), device=pipe.device, top=25)
+    progress((3, STEPS), desc="writing the chrome trace", unit="step")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     trace = result.export_trace(ctx.data_dir / "profiles" / f"trace-{stamp}.json")
     return result, str(trace)

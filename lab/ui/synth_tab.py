@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 import numpy as np
 
+from lab.pipeline import describe_startup
 from lab.ui import charts
 from lab.ui.knobs import Panel, build_panel, check_machine
 
@@ -30,7 +31,9 @@ EXAMPLE_TEXT = (
 )
 STREAMING = shutil.which("ffmpeg") is not None
 PLAIN = gr.WaveformOptions(show_recording_waveform=False)
-PROGRESS = gr.Progress()  # gradio hands each request its own tracker in place of this default
+# Gradio hands each request its own tracker in place of this default. Tracking tqdm puts the
+# bars of what runs inside (weight downloads, benchmark batches) in the browser, with an ETA.
+PROGRESS = gr.Progress(track_tqdm=True)
 
 
 def pcm16(audio: np.ndarray) -> np.ndarray:
@@ -48,9 +51,9 @@ def resolve_config(ctx: LabContext, panel: Panel, data: dict) -> PipelineConfig:
     return cfg
 
 
-def load(ctx: LabContext, cfg: PipelineConfig, progress: gr.Progress) -> Pipeline:
-    """A cached pipeline, showing a progress message while a model loads."""
-    return ctx.cache.get(cfg, on_load=lambda msg: progress(0.05, desc=msg))
+def load(ctx: LabContext, cfg: PipelineConfig, progress: gr.Progress, steps: int = 1) -> Pipeline:
+    """A cached pipeline; a load (weights, casts, compile warm-up) is step 0 of `steps`."""
+    return ctx.cache.get(cfg, on_load=lambda msg: progress((0, steps), desc=msg, unit="step"))
 
 
 def metrics_markdown(syn: Synthesis, chunks: int) -> str:
@@ -76,6 +79,7 @@ def notes_markdown(cfg: PipelineConfig, pipe: Pipeline, syn: Synthesis) -> str:
     lines.append(f"\nRan on `{pipe.device}` with `{cfg.dtype}` / quant `{cfg.quant}`, "
                  f"compile `{cfg.compile}`.")
     lines += [f"- {name}: {value}" for name, value in pipe.memory_facts().items()]
+    lines.append(f"\n**Startup:** {describe_startup(pipe.startup)}.")
     return "\n".join(lines)
 
 

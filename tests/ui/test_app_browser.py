@@ -127,6 +127,11 @@ def upload_preset(page: Page, path: Path) -> None:
     chooser.value.set_files(str(path))
 
 
+def pick_preset(page: Page, name: str) -> None:
+    page.click("#synth-preset input")
+    page.get_by_role("option", name=name, exact=True).click()
+
+
 def rms_of(page: Page, url: str) -> float:
     body = page.request.get(url).body()
     audio, _ = sf.read(io.BytesIO(body), dtype="float32")
@@ -158,6 +163,28 @@ def test_bad_inputs_are_reported_and_leave_the_app_usable(app, page, tmp_path):
     assert "kv_cache does not apply to piper-vits" in status
 
 
+def test_presets_beyond_the_old_slider_range_reach_the_pipeline(app, page, tmp_path):
+    """batch_size 64 (shipped) and 48 (uploaded) once stopped at a slider capped at 32."""
+    open_tab(page, app.url)
+    pick_preset(page, "orpheus-3b-dummy-gpu")
+    wait_text(page, "#synth-preset-status", "Loaded preset")
+    assert page.input_value("#synth-batch-size input[type=number]") == "64"
+    page.click("#synth-go")
+    shown = wait_text(page, "body", "no CUDA GPU", "maximum value")
+    assert "maximum value" not in shown
+    assert "no CUDA GPU" in page.inner_text("#synth-status")
+
+    open_tab(page, app.url)
+    wide = tmp_path / "batch48.yaml"
+    wide.write_text("family: piper-vits\ndevice: cpu\nbatch_size: 48\n")
+    upload_preset(page, wide)
+    wait_text(page, "#synth-preset-status", "(uploaded file)")
+    assert page.input_value("#synth-batch-size input[type=number]") == "48"
+    page.fill("#synth-text textarea", "Hello.")
+    page.click("#synth-go")
+    assert "Done" in wait_text(page, "#synth-status", "Done", "⚠️")
+
+
 def test_synthesize_streams_and_returns_audible_audio(app, page):
     open_tab(page, app.url)
     page.fill("#synth-text textarea", "Streaming speech starts before the sentence ends.")
@@ -174,7 +201,9 @@ def test_synthesize_streams_and_returns_audible_audio(app, page):
     metrics = page.inner_text("#synth-metrics")
     assert "TTFB" in metrics and "RTF" in metrics
     page.wait_for_selector("#synth-chart .js-plotly-plot", timeout=30_000)
-    assert "Fallbacks fired" in page.inner_text("#synth-notes")
+    notes = page.inner_text("#synth-notes")
+    assert "Fallbacks fired" in notes
+    assert "Startup: model load" in notes and "not counted in request timings" in notes
 
 
 def test_vote_is_kept_across_a_kill_and_restart(tmp_path, browser):

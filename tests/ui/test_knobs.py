@@ -3,7 +3,8 @@
 import gradio as gr
 import pytest
 
-from lab.config import PipelineConfig, load_preset, to_dict
+from lab.config import LIMITS, SAMPLING_LIMITS, PipelineConfig, list_presets, load_preset, to_dict
+from lab.models.families import FAMILIES
 from lab.ui.knobs import (
     DUMMY_WARNING,
     KNOB_FIELDS,
@@ -129,3 +130,60 @@ def test_pipeline_cache_keeps_nothing_when_loading_fails():
     with pytest.raises(OSError, match="weights not found"):
         cache.get(PipelineConfig())
     assert len(cache) == 0
+
+
+def _knob(app, panel: str, name: str):
+    return app.component(f"{panel}-{name.replace('_', '-')}")
+
+
+@pytest.mark.parametrize("preset", list_presets())
+def test_every_shipped_preset_fits_every_panel_and_round_trips(built_app, preset):
+    """What Gradio does to each value before a handler sees it (a bounds or choices check)
+    must pass, and the values it hands over must rebuild the same config."""
+    cfg = load_preset(preset)
+    for panel in built_app.panels:
+        handed = []
+        for name, value in zip(KNOB_FIELDS, knob_values(cfg), strict=True):
+            widget = _knob(built_app, panel, name)
+            try:
+                handed.append(widget.preprocess(value))
+            except gr.Error as err:
+                pytest.fail(f"{preset}: {panel} {name}={value!r} does not fit its widget: {err}")
+        assert panel_config(to_dict(cfg), *handed) == cfg
+        assert panel_config(to_dict(cfg), *knob_values(cfg)) == cfg
+
+
+def test_numeric_knob_ranges_are_the_config_limits(built_app):
+    limits = {**LIMITS, **SAMPLING_LIMITS}
+    numeric = [n for n in KNOB_FIELDS if n in limits]
+    assert numeric == ["batch_size", "decode_interval", "overlap", "crossfade_ms", "seed",
+                       "temperature", "top_p"]
+    for panel in built_app.panels:
+        for name in numeric:
+            widget = _knob(built_app, panel, name)
+            assert (widget.minimum, widget.maximum) == limits[name], (panel, name)
+    ab_seed = built_app.component("ab-seed")
+    assert (ab_seed.minimum, ab_seed.maximum) == LIMITS["seed"]
+
+
+def test_quantization_is_explained_by_the_family_declaration(built_app):
+    piper = FAMILIES["piper-vits"].quantization
+    assert "linear layers only" in piper and "convolutions" in piper
+    orpheus = FAMILIES["orpheus"].quantization
+    assert "language model's linear layers" in orpheus and "CUDA" in orpheus
+    for name, fam in FAMILIES.items():
+        assert f"**Quantization:** {fam.quantization}" in family_note(name, "real")
+    assert "precision, quantization" not in family_note("piper-vits", "real")
+    for panel in built_app.panels:
+        family = _knob(built_app, panel, "family").value
+        assert _knob(built_app, panel, "quant").info == FAMILIES[family].quantization
+
+
+def test_changing_family_rewrites_the_quant_info_and_the_note(built_app):
+    for panel in built_app.panels:
+        (handler,) = built_app.handlers(f"{panel}-family", "change")
+        quant, note = _knob(built_app, panel, "quant"), built_app.component(f"{panel}-family-note")
+        assert handler.outputs == [note, quant]
+        text, update = handler.fn("orpheus", "dummy")
+        assert update.info == FAMILIES["orpheus"].quantization
+        assert DUMMY_WARNING in text and FAMILIES["orpheus"].quantization in text
