@@ -1,4 +1,4 @@
-"""The lab's own sentence sets, shipped as text files in the repository's data/sentences folder.
+"""The lab's own sentence sets, shipped inside the package as text files in lab/data/sentences.
 
 Benchmarks and quality checks read the same fixed sets, so numbers from two runs, or two
 machines, describe the same work.
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SENTENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "sentences"
+# Package data, so an installed lab (a wheel, `pip install .`) has them as well as a checkout.
+SENTENCE_DIR = Path(__file__).resolve().parents[1] / "data" / "sentences"
 
 
 def list_sentence_sets() -> list[str]:
@@ -16,7 +17,7 @@ def list_sentence_sets() -> list[str]:
 
 
 def sentence_set(name: str) -> list[str]:
-    """The non-blank lines of data/sentences/<name>.txt, one input text per line."""
+    """The non-blank lines of lab/data/sentences/<name>.txt, one input text per line."""
     path = SENTENCE_DIR / f"{name}.txt"
     if not name or "/" in name or "\\" in name or not path.is_file():
         raise ValueError(f"sentence set {name!r} not found; sets are {list_sentence_sets()}")
