@@ -88,7 +88,6 @@ def test_overrides_change_one_nested_field_and_keep_the_rest():
 
 def test_presets_and_sentence_sets_ship_inside_the_package():
     """Package data, declared in pyproject.toml, so an installed lab finds them too."""
-    import tomllib
     from importlib.resources import files
     from pathlib import Path
 
@@ -99,9 +98,8 @@ def test_presets_and_sentence_sets_ship_inside_the_package():
     sets = {p.name for p in files("lab").joinpath("data", "sentences").iterdir()}
     assert {f"{name}.txt" for name in list_sentence_sets()} == sets
     assert {"short", "medium", "long", "edge"} <= set(list_sentence_sets())
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    declared = project["tool"]["setuptools"]["package-data"]["lab"]
-    assert declared == ["presets/*.yaml", "data/sentences/*.txt"]
+    project = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert 'lab = ["presets/*.yaml", "data/sentences/*.txt"]' in project
 
 
 def test_sampling_values_are_checked_against_their_bounds():
