@@ -70,7 +70,7 @@ def test_unsupported_checkpoints_are_named(tmp_path):
 def test_missing_sources_give_clear_errors(tmp_path, monkeypatch):
     with pytest.raises(WeightsError, match="need a shape"):
         load_lm("dummy")
-    with pytest.raises(WeightsError, match="not known"):
+    with pytest.raises(WeightsError, match="not a known LM shape"):
         load_lm("dummy", shape="gpt-9")
     with pytest.raises(WeightsError, match="no config.json"):
         load_lm(str(tmp_path))
