@@ -3,9 +3,12 @@ and the sound (DNSMOS OVRL, WER) of each precision on a sentence set.
 
     python benchmarks/voice_bench.py --device cpu --out benchmarks/results
     python benchmarks/voice_bench.py --device cuda --dtypes fp32,fp16,bf16 --compile none,default
+    python benchmarks/voice_bench.py --device cpu --only quality --out benchmarks/results
 
 Every configuration runs in this one process, so ratios between rows compare like with like.
-Writes voice_<device>.json and voice_<device>.md.
+Writes voice_<device>.json and voice_<device>.md. `--only quality` re-scores the sound into an
+existing report and keeps its timings, which a busy machine would spoil but not the scores.
+Hand-written remarks go in the JSON's `notes` list, so a rewritten report keeps them.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ def main() -> None:
     parser.add_argument("--texts", default="medium")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--quality", action="store_true", help="also score DNSMOS and WER")
+    parser.add_argument("--only", choices=["quality"],
+                        help="re-score only the sound into the existing report; keep its timings")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--stem", help="output file stem (default voice_<device>)")
     args = parser.parse_args()
@@ -90,15 +95,30 @@ def main() -> None:
     base = PipelineConfig(device=args.device, model=args.model)
     texts = sentence_set(args.texts)
     dtypes = args.dtypes.split(",")
+    out, stem = Path(args.out), args.stem or f"voice_{args.device}"
+    meta = run_meta(command="python " + " ".join(sys.argv), texts=args.texts)
+    if args.only == "quality":
+        rescore_quality(out, stem, meta, quality_rows(base, texts, dtypes))
+        return
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     result = {
-        "meta": run_meta(command="python " + " ".join(sys.argv), texts=args.texts),
+        "meta": meta,
         "speed": speed_rows(base, texts, dtypes, args.compile.split(","), sizes, args.repeats),
         "ttfb": ttfb_rows(base, texts, [int(n) for n in args.intervals.split(",")]),
     }
     if args.quality:
         result["quality"] = quality_rows(base, texts, dtypes)
-    write(result, Path(args.out), args.stem or f"voice_{args.device}")
+    write(result, out, stem)
+
+
+def rescore_quality(out: Path, stem: str, meta: dict, rows: list[dict]) -> None:
+    """Swap new sound rows into the saved report; its speed rows and their meta stay as run."""
+    import json
+
+    result = json.loads((out / f"{stem}.json").read_text())
+    result["quality"] = rows
+    result["quality_meta"] = meta
+    write(result, out, stem)
 
 
 def write(result: dict, out: Path, stem: str) -> None:
@@ -114,9 +134,20 @@ def write(result: dict, out: Path, stem: str) -> None:
              markdown_table(result["speed"], speed_cols), "",
              "## Time to first audio, batch 1", markdown_table(result["ttfb"])]
     if "quality" in result:
-        parts += ["", "## Sound on the sentence set", markdown_table(result["quality"])]
+        parts += ["", "## Sound on the sentence set", *_quality_origin(result),
+                  markdown_table(result["quality"])]
+    if result.get("notes"):
+        parts += ["", "Notes: " + "\n\n".join(result["notes"])]
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
     print("\n".join(parts))
+
+
+def _quality_origin(result: dict) -> list[str]:
+    """The command line of a sound section scored apart from the timings above it."""
+    meta = result.get("quality_meta")
+    if meta is None:
+        return []
+    return [f"Scored separately on {meta['date']}: `{meta['command']}`", ""]
 
 
 if __name__ == "__main__":

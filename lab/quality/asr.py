@@ -25,10 +25,19 @@ def _decoder() -> Decoder:
 
 
 def transcribe(audio: object, sample_rate: int) -> str:
-    """Lowercase words heard in `audio` (any sample rate); empty when nothing is recognised."""
+    """Lowercase words heard in `audio` (any sample rate); empty when nothing is recognised.
+
+    The front end adapts as it listens: its noise-floor estimate (and, in live mode, the
+    cepstral mean) carries over into the next utterance, and `start_utt` resets neither. Left
+    alone, a transcript would depend on what the decoder heard before, so an A/B verdict would
+    depend on which side was scored first. `reinit_feat` rebuilds the front end from the
+    decoder's config (fresh noise estimate, mean back to `cmninit`) in microseconds, so every
+    call hears its audio exactly as a new decoder would, without paying for one.
+    """
     pcm = to_pcm16(prepare(audio, sample_rate))
     with _decoder_lock:
         decoder = _decoder()
+        decoder.reinit_feat()
         decoder.start_utt()
         decoder.process_raw(pcm, full_utt=True)
         decoder.end_utt()
