@@ -146,8 +146,7 @@ class Pipeline:
         facts = {"weights": f"{self.weight_bytes / 2**20:.1f} MiB"}
         cache = getattr(self.backend, "kv_cache", None)
         if cache is not None:
-            facts["KV cache"] = (f"{self.config.kv_cache}, {cache.bytes_per_slot / 2**20:.2f} MiB "
-                                 f"per slot x {cache.n_slots} slots ({cache.max_len} positions)")
+            facts["KV cache"] = cache.describe()
         return facts
 
     @property

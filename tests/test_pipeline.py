@@ -95,8 +95,8 @@ def test_cuda_on_a_cpu_machine_is_a_clear_error():
 
 def test_warm_up_runs_at_load_on_the_request_paths_and_stays_out_of_request_timings(
         monkeypatch):
-    """What warm-up costs (here a deliberate 5 s, standing in for a compile) is reported in
-    `startup`, and the first request's own timings do not contain it."""
+    """What warm-up costs (here a deliberate 1 s, standing in for a compile) is paid while the
+    pipeline is built and reported in `startup`; a request's timings cover only that request."""
     import time
 
     from lab.models.piper_backend import PiperBackend
@@ -106,12 +106,14 @@ def test_warm_up_runs_at_load_on_the_request_paths_and_stays_out_of_request_timi
 
     def slow_warm_up(self, texts):
         seen.extend(texts)
-        time.sleep(5.0)
+        time.sleep(1.0)
         original(self, texts)
 
     monkeypatch.setattr(PiperBackend, "warm_up", slow_warm_up)
     pipe = Pipeline(PipelineConfig(device="cpu", stream=True, decode_interval=12))
     assert len(seen) == 2 and len(seen[0]) < len(seen[1])
-    assert pipe.startup["warmup_ms"] >= 5000 and pipe.startup["load_ms"] > 0
+    assert pipe.startup["warmup_ms"] >= 1000 and pipe.startup["load_ms"] > 0
+    started = time.perf_counter()
     first = pipe.synthesize("Hi there.")
-    assert first.metrics.total_ms < 5000
+    assert first.metrics.total_ms <= (time.perf_counter() - started) * 1e3
+    assert len(seen) == 2

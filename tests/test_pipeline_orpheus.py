@@ -65,3 +65,34 @@ def test_bad_text_is_refused_and_the_engine_keeps_working(orpheus):
 def test_an_unknown_model_name_is_an_error_naming_the_known_ones():
     with pytest.raises(ValueError, match=r"'tiny-lama' is not a known LM shape.*'tiny-llama'"):
         Pipeline(load_preset("orpheus-tiny-cpu", model="tiny-lama"))
+
+
+@pytest.fixture(scope="module")
+def greedy_by_cache():
+    """The tiny Orpheus pipeline once per `kv_cache` mode, greedy, a few frames per sentence."""
+    return {mode: Pipeline(load_preset("orpheus-tiny-cpu", kv_cache=mode,
+                                       sampling={"temperature": 0.0, "max_tokens": 42}))
+            for mode in ("static", "dynamic", "none")}
+
+
+def test_every_kv_cache_mode_makes_the_same_audio_through_the_pipeline(greedy_by_cache):
+    results = {mode: pipe.synthesize_batch(TEXTS) for mode, pipe in greedy_by_cache.items()}
+    caches = {mode: type(pipe.backend.kv_cache).__name__ for mode, pipe in greedy_by_cache.items()}
+    assert caches == {"static": "StaticKVCache", "dynamic": "SlotDynamicCache",
+                      "none": "NoKVCache"}
+    assert sum(r.audio.size for r in results["static"]) > 0  # greedy noise may stop at once
+    for mode in ("dynamic", "none"):
+        for ours, static in zip(results[mode], results["static"], strict=True):
+            assert ours.audio.shape == static.audio.shape
+            np.testing.assert_allclose(ours.audio, static.audio, atol=1e-4)
+    stats = {mode: pipe.backend.tts.engine.stats for mode, pipe in greedy_by_cache.items()}
+    assert stats["dynamic"].decode_tokens == stats["dynamic"].active_rows  # one token a row
+    assert stats["none"].decode_tokens > 10 * stats["dynamic"].decode_tokens  # whole prefixes
+
+
+def test_memory_facts_tell_each_kv_cache_mode_truthfully(greedy_by_cache):
+    facts = {mode: pipe.memory_facts()["KV cache"] for mode, pipe in greedy_by_cache.items()}
+    assert facts["static"].startswith("static, ") and "per slot x 4 slots" in facts["static"]
+    assert facts["dynamic"].startswith("dynamic, grows per step: ")
+    assert facts["dynamic"].endswith("MiB in use now")
+    assert facts["none"] == "none: no KV cache; each step recomputes the prefix"

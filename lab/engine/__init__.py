@@ -1,6 +1,13 @@
 """The autoregressive engine: model, caches, weights, generation loop and decode graphs."""
 
-from lab.engine.cache import CACHE_MODES, DynamicKVCache, StaticKVCache, make_cache
+from lab.engine.cache import (
+    CACHE_MODES,
+    DynamicKVCache,
+    NoKVCache,
+    SlotDynamicCache,
+    StaticKVCache,
+    make_cache,
+)
 from lab.engine.generate import GenerationResult, StepClock, generate, greedy
 from lab.engine.graphs import BUCKETS, MODES, GraphedDecoder, decode_mode
 from lab.engine.hf_baseline import hf_config, hf_generate, to_hf_model
@@ -18,6 +25,8 @@ __all__ = [
     "GraphedDecoder",
     "LMConfig",
     "Llama3RopeScaling",
+    "NoKVCache",
+    "SlotDynamicCache",
     "StaticKVCache",
     "StepClock",
     "WeightsError",

@@ -5,6 +5,11 @@ step allocates and copies, and shapes change, so the step cannot be captured as 
 `StaticKVCache` preallocates `n_slots` rows of `max_len` positions; a step writes in place at
 each row's own position, so shapes and addresses never change and the step can be replayed
 as a CUDA graph. Its rows are the slots a scheduler hands to requests.
+
+The serving engine has a per-slot form of each mode: `StaticKVCache` itself, `SlotDynamicCache`
+(each slot's K/V grow by concatenation, for requests of different lengths in one batch) and
+`NoKVCache` (only each slot's token ids, so every step recomputes the whole prefix). Each says
+what it holds with `describe()`, in words a user can compare across modes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ CACHE_MODES = ("none", "dynamic", "static")
 
 class StaticKVCache(nn.Module):
     """K and V as [n_layers, n_slots, n_kv_heads, max_len, head_dim] buffers, written in place."""
+
+    mode = "static"
 
     def __init__(
         self,
@@ -53,6 +60,10 @@ class StaticKVCache(nn.Module):
     def nbytes(self) -> int:
         return self.bytes_per_slot * self.n_slots
 
+    def describe(self) -> str:
+        return (f"static, {self.bytes_per_slot / 2**20:.2f} MiB per slot x {self.n_slots} slots "
+                f"({self.max_len} positions)")
+
     def reset(self, slot: int | None = None) -> None:
         """Zero one slot (or all). Not needed for correctness - the mask never reads past a
         request's position - but it keeps a freed slot from showing an old request's state."""
@@ -69,8 +80,9 @@ class StaticKVCache(nn.Module):
         if rows is None and batch > self.n_slots:
             raise ValueError(f"batch of {batch} rows does not fit a cache of {self.n_slots} slots")
 
-    def kv_len(self, new_tokens: int) -> int:
-        return self.max_len
+    def key_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """Key j of every row is cache position j."""
+        return torch.arange(self.max_len, device=positions.device)
 
     def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This layer's K and V buffers [n_slots, n_kv_heads, max_len, head_dim] (views)."""
@@ -116,8 +128,8 @@ class DynamicKVCache:
                 f"this DynamicKVCache holds {self.keys[0].shape[0]} rows; got a batch of {batch}"
             )
 
-    def kv_len(self, new_tokens: int) -> int:
-        return self.seq_len + new_tokens
+    def key_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        return torch.arange(self.seq_len + positions.shape[1], device=positions.device)
 
     def layer_kv(self, layer: int) -> _DynamicLayer:
         return _DynamicLayer(self, layer)
@@ -137,6 +149,122 @@ class _DynamicLayer:
             c.keys[i] = torch.cat((c.keys[i], k), dim=2)
             c.values[i] = torch.cat((c.values[i], v), dim=2)
         return c.keys[i], c.values[i]
+
+
+class SlotDynamicCache:
+    """Per-slot K/V that grow by concatenation each step: the dynamic cache of a server.
+
+    Slots hold histories of different lengths, so a batch view left-pads them to the longest
+    (padded keys sit at a position no query reaches) and every step copies each row's whole
+    history: the cost Hugging Face's growing cache pays, per request. Memory follows the
+    tokens actually held, not `max_len`.
+    """
+
+    mode = "dynamic"
+
+    def __init__(self, n_layers: int, n_slots: int, max_len: int) -> None:
+        self.n_layers, self.n_slots, self.max_len = n_layers, n_slots, max_len
+        self.kv: list[torch.Tensor | None] = [None] * n_slots  # [2, n_layers, kv, L, hd] a slot
+
+    def length(self, slot: int) -> int:
+        return 0 if self.kv[slot] is None else self.kv[slot].shape[3]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.kv if t is not None)
+
+    def describe(self) -> str:
+        return f"dynamic, grows per step: {self.nbytes / 2**20:.2f} MiB in use now"
+
+    def free(self, slot: int) -> None:
+        self.kv[slot] = None
+
+    def batch(self, slots: list[int], n_new: list[int]) -> _SlotBatch:
+        """The cache as one forward sees it: batch row b is `slots[b]`, and only the last
+        `n_new[b]` tokens of that row (the rest are left padding) join its history."""
+        return _SlotBatch(self, slots, n_new)
+
+
+class _SlotBatch:
+    """A SlotDynamicCache seen by one forward: every row's history, left-padded to the longest,
+    gathered for all layers at the first layer; the new K/V join the slots after the last."""
+
+    def __init__(self, cache: SlotDynamicCache, slots: list[int], n_new: list[int]) -> None:
+        self.cache, self.slots, self.n_new = cache, slots, n_new
+        self.lengths = [cache.length(s) for s in slots]
+        self.width = max(self.lengths)
+        self._past: torch.Tensor | None = None  # [2, n_layers, B, kv, width, hd]
+        self._new: list[torch.Tensor] = []      # per layer [2, B, kv, T, hd]
+
+    def check_batch(self, batch: int, rows: torch.Tensor | None) -> None:
+        if rows is not None or batch != len(self.slots):
+            raise ValueError(f"a slot batch of {len(self.slots)} rows takes exactly that many "
+                             f"batch rows and rows=None; got {batch}")
+
+    def key_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """[B, width + T]: padding at `max_len` (beyond every query), then 0..L-1, then the
+        new tokens' own positions."""
+        past = [[self.cache.max_len] * (self.width - n) + list(range(n)) for n in self.lengths]
+        past = torch.tensor(past, dtype=positions.dtype).reshape(len(past), self.width)
+        return torch.cat((past.to(positions.device), positions), dim=1)
+
+    def layer_kv(self, layer: int) -> _SlotLayer:
+        return _SlotLayer(self, layer)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        if self._past is None:
+            self._past = self._gather(k)
+        self._new.append(torch.stack((k, v)))
+        keys = torch.cat((self._past[0, layer], k), dim=2)
+        values = torch.cat((self._past[1, layer], v), dim=2)
+        if layer == self.cache.n_layers - 1:
+            self._commit()
+        return keys, values
+
+    def _gather(self, k: torch.Tensor) -> torch.Tensor:
+        b, kv_heads, _, head_dim = k.shape
+        past = k.new_zeros(2, self.cache.n_layers, b, kv_heads, self.width, head_dim)
+        for row, slot in enumerate(self.slots):
+            history = self.cache.kv[slot]
+            if history is not None:
+                past[:, :, row, :, self.width - history.shape[3]:] = history
+        return past
+
+    def _commit(self) -> None:
+        new = torch.stack(self._new, dim=1)  # [2, n_layers, B, kv, T, hd]
+        t = new.shape[4]
+        for row, slot in enumerate(self.slots):
+            fresh = new[:, :, row, :, t - self.n_new[row]:]
+            old = self.cache.kv[slot]
+            self.cache.kv[slot] = fresh.clone() if old is None else torch.cat((old, fresh), 3)
+
+
+class _SlotLayer:
+    """One layer's handle on a slot batch, in the shape the attention layer calls."""
+
+    def __init__(self, view: _SlotBatch, layer: int) -> None:
+        self.view, self.layer = view, layer
+
+    def update(self, k: torch.Tensor, v: torch.Tensor):
+        return self.view.update(self.layer, k, v)
+
+
+class NoKVCache:
+    """No K/V at all: only each slot's token ids [n_slots, max_len], so that every step can
+    recompute the whole prefix of each request (the quadratic baseline)."""
+
+    mode = "none"
+
+    def __init__(self, n_slots: int, max_len: int, device: torch.device | str | None) -> None:
+        self.n_slots, self.max_len = n_slots, max_len
+        self.tokens = torch.zeros(n_slots, max_len, dtype=torch.long, device=device)
+
+    @property
+    def nbytes(self) -> int:
+        return 0
+
+    def describe(self) -> str:
+        return "none: no KV cache; each step recomputes the prefix"
 
 
 def make_cache(

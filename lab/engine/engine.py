@@ -19,43 +19,43 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.config import PipelineConfig
-from lab.engine.graphs import decode_mode
 from lab.engine.request import Request, RequestError, SamplingParams, StepOutput
 from lab.engine.runner import LogitsProcessor, ModelRunner, PendingTokens
-from lab.engine.scheduler import POLICIES, Scheduler, SchedulerConfig
+from lab.engine.scheduler import Scheduler, SchedulerConfig
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Serving shape: `n_slots` concurrent requests of at most `max_len` tokens each."""
+    """Serving shape: `n_slots` concurrent requests of at most `max_len` tokens each.
+
+    `kv_cache` is what a slot keeps between steps ('static', 'dynamic' or 'none', see
+    `kv_modes`); a `decode_mode` other than eager needs 'static' and is otherwise noted in
+    the fallbacks and run eagerly.
+    """
 
     n_slots: int = 16
     max_len: int = 2048
     prefill_chunk: int = 512
     prefill_budget: int = 4096
     policy: str = "continuous"
+    kv_cache: str = "static"
     decode_mode: str = "eager"
     buckets: tuple[int, ...] | None = None
-
-    @classmethod
-    def from_pipeline(cls, cfg: PipelineConfig, *, n_slots: int | None = None,
-                      max_len: int = 2048) -> EngineConfig:
-        """Engine settings for a pipeline config (slots default to its batch size)."""
-        return cls(n_slots=n_slots or cfg.batch_size, max_len=max_len,
-                   policy=POLICIES[0] if cfg.continuous_batching else POLICIES[1],
-                   decode_mode=decode_mode(cfg.compile, cfg.cuda_graphs))
 
 
 @dataclass
 class EngineStats:
-    """Counters that show where the time goes: idle rows are decode work thrown away."""
+    """Counters that show where the time goes: idle rows are decode work thrown away, and
+    `decode_tokens` is what the cache mode costs (one token per row with a cache, the whole
+    prefix of every running request without one)."""
 
     steps: int = 0
     prefill_tokens: int = 0
     decode_steps: int = 0
     decode_rows: int = 0
     active_rows: int = 0
+    decode_tokens: int = 0
+    last_decode_tokens: int = 0
     generated: int = 0
 
     @property
@@ -64,7 +64,10 @@ class EngineStats:
 
 
 class LLMEngine:
-    """Continuous (or static) batching over one LM with a static slot cache."""
+    """Continuous (or static) batching over one LM and its per-slot cache.
+
+    `logits_processor` is the family's hook between logits and sampling (see `runner`).
+    """
 
     def __init__(self, model, config: EngineConfig | None = None, *,
                  logits_processor: LogitsProcessor | None = None) -> None:
@@ -74,8 +77,8 @@ class LLMEngine:
             n_slots=c.n_slots, max_len=c.max_len, prefill_chunk=c.prefill_chunk,
             prefill_budget=c.prefill_budget, policy=c.policy))
         self.runner = ModelRunner(model, n_slots=c.n_slots, max_len=c.max_len,
-                                  decode_mode=c.decode_mode, buckets=c.buckets,
-                                  logits_processor=logits_processor)
+                                  kv_cache=c.kv_cache, decode_mode=c.decode_mode,
+                                  buckets=c.buckets, logits_processor=logits_processor)
         self.vocab_size = model.cfg.vocab_size
         self.requests: dict[str, Request] = {}
         self.stats = EngineStats()
@@ -102,7 +105,13 @@ class LLMEngine:
 
     def abort(self, request_id: str) -> bool:
         """Stop a request now and free its slot; False when it is unknown or already done."""
-        return self.scheduler.abort(request_id) is not None
+        request = self.requests.get(request_id)
+        slot = None if request is None else request.slot
+        if self.scheduler.abort(request_id) is None:
+            return False
+        if slot is not None:
+            self.runner.free(slot)
+        return True
 
     def release(self, request_id: str) -> Request:
         """Hand back a finished request's record and forget it (a long-lived server calls this
@@ -118,6 +127,7 @@ class LLMEngine:
     def step(self) -> list[StepOutput]:
         """Launch this step's prefill and decode, then retire the previous step's tokens."""
         launched: list[PendingTokens] = []
+        self.stats.last_decode_tokens = 0
         chunks = self.scheduler.plan_prefill()
         completed = self.runner.prefill(chunks)
         for chunk in chunks:
@@ -130,13 +140,19 @@ class LLMEngine:
         batch = [r for r in self.scheduler.decode_batch() if r.can_launch and r.n_launched]
         if batch:
             rows = self.scheduler.decode_rows()
+            self._count_decode(batch, rows)
             launched.append(self._launch(batch, self.runner.decode(batch, rows)))
-            self.stats.decode_steps += 1
-            self.stats.decode_rows += rows
-            self.stats.active_rows += len(batch)
         self.stats.steps += 1
         previous, self._pending = self._pending, launched
         return self._retire(previous)
+
+    def _count_decode(self, batch: list[Request], rows: int) -> None:
+        computed, tokens = self.runner.decode_work(batch, rows)
+        self.stats.decode_steps += 1
+        self.stats.decode_rows += computed
+        self.stats.active_rows += len(batch)
+        self.stats.decode_tokens += tokens
+        self.stats.last_decode_tokens = tokens
 
     def _launch(self, requests: list[Request], logits: torch.Tensor) -> PendingTokens:
         pending = self.runner.sample(requests, logits)
@@ -156,7 +172,9 @@ class LLMEngine:
                 out = outputs.setdefault(request.request_id, StepOutput(request.request_id))
                 out.token_ids.append(token)
                 out.n_generated = len(request.output_ids)
+                slot = request.slot
                 if self.scheduler.after_token(request):
+                    self.runner.free(slot)
                     out.finished, out.finish_reason = True, request.finish_reason
         return list(outputs.values())
 

@@ -257,15 +257,13 @@ class LM(nn.Module):
 
         `cache=None` attends causally over the given tokens only. With a `StaticKVCache`, batch
         row b uses cache row b when `rows` is None (a view, safe to capture in a CUDA graph) or
-        cache row `rows[b]` otherwise. With a `DynamicKVCache`, batch rows are its rows.
+        cache row `rows[b]` otherwise. With a `DynamicKVCache`, batch rows are its rows; with a
+        `SlotDynamicCache`, pass the batch view from its `batch()`.
         `block_fn` / `head_fn` run each layer and the head: compiled versions go here.
         """
         _check_inputs(tokens, positions, cache, rows)
-        b, t = tokens.shape
-        if cache is None:
-            key_positions = positions
-        else:
-            key_positions = torch.arange(cache.kv_len(t), device=tokens.device)
+        b = tokens.shape[0]
+        key_positions = positions if cache is None else cache.key_positions(positions)
         x = self.embed(tokens)
         group = self.cfg.n_heads // self.cfg.n_kv_heads
         bias = attention_bias(positions, key_positions, group, x.dtype)

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lab.config import SamplingConfig
-
 
 class RequestError(ValueError):
     """A request that cannot be served as given (empty prompt, bad sampling value, too long)."""
@@ -47,16 +45,6 @@ class SamplingParams:
         if self.max_tokens < 1:
             raise RequestError(f"max_tokens={self.max_tokens} must be >= 1")
 
-    @classmethod
-    def from_config(cls, cfg: SamplingConfig, *, seed: int | None = None,
-                    stop_token_ids: tuple[int, ...] = ()) -> SamplingParams:
-        return cls(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
-                   repetition_penalty=cfg.repetition_penalty, max_tokens=cfg.max_tokens,
-                   seed=seed, stop_token_ids=tuple(stop_token_ids))
-
-
-_DEFAULTS = SamplingParams.from_config(SamplingConfig())
-
 
 class State(enum.Enum):
     WAITING = "waiting"        # queued, holds no cache slot
@@ -74,7 +62,7 @@ class Request:
     """Prompt, settings and progress of one generation."""
 
     prompt_ids: list[int]
-    sampling: SamplingParams = _DEFAULTS
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     request_id: str = ""
     arrival: float = field(default_factory=time.perf_counter)
     state: State = State.WAITING

@@ -1,9 +1,9 @@
 """Run the model for a step's prefill chunks and decode batch, and sample the next tokens.
 
-The runner owns the device state of serving: the static KV cache (one row per slot), the decode
-step (eager, CUDA graph or compiled, via GraphedDecoder), each slot's newest token and a per-slot
-mask of tokens already seen (for the repetition penalty). It never decides who runs; the
-scheduler does.
+The runner owns the device state of serving: what each slot keeps between steps (its
+`kv_cache` mode, see `kv_modes`: static K/V rows with an eager, graphed or compiled decode step;
+growing K/V; or only token ids), each slot's newest token and a per-slot mask of tokens already
+seen (for the repetition penalty). It never decides who runs; the scheduler does.
 
 Nothing here waits for the device. A sampled token goes straight into its slot's entry of
 `last_token`, which is the next decode step's input, and reaches the host through a pinned copy
@@ -22,25 +22,17 @@ from collections.abc import Callable
 
 import torch
 
-from lab.engine.cache import StaticKVCache
-from lab.engine.graphs import GraphedDecoder
+from lab.engine.cache import CACHE_MODES
+from lab.engine.kv_modes import KV_MODES
 from lab.engine.request import Request
 from lab.engine.sampler import Candidates, SamplingBatch, sample
 from lab.engine.scheduler import PrefillChunk
-from lab.engine.slots import default_buckets
+from lab.engine.transfer import to_device
 
 LogitsProcessor = Callable[[torch.Tensor, list[Request]], torch.Tensor | Candidates]
 """Edits the logits [n, V] of the listed requests before sampling, or narrows them to a per-row
 shortlist of token ids (a family that may only emit codec tokens in a fixed order). It sees
 each request as it is at launch: `n_launched` tokens sampled so far."""
-
-
-def to_device(data, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A host list as a device tensor without stalling the host on queued device work."""
-    host = torch.tensor(data, dtype=dtype)
-    if device.type != "cuda":
-        return host
-    return host.pin_memory().to(device, non_blocking=True)
 
 
 class PendingTokens:
@@ -61,23 +53,23 @@ class PendingTokens:
             self._ready.synchronize()
         return self._host.tolist()
 
-class ModelRunner:
-    """Prefill, decode and sample over one LM and its static slot cache."""
 
-    def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str = "eager",
-                 buckets: tuple[int, ...] | None = None,
+class ModelRunner:
+    """Prefill, decode and sample over one LM and its per-slot cache."""
+
+    def __init__(self, model, *, n_slots: int, max_len: int, kv_cache: str = "static",
+                 decode_mode: str = "eager", buckets: tuple[int, ...] | None = None,
                  logits_processor: LogitsProcessor | None = None) -> None:
-        self.model = model
+        if kv_cache not in KV_MODES:
+            raise ValueError(f"kv_cache={kv_cache!r}; choose one of {list(CACHE_MODES)}")
         cfg = model.cfg
-        weight = model.embed.weight
-        self.device, self.dtype = weight.device, weight.dtype
         if max_len > cfg.max_seq_len:
             raise ValueError(f"max_len={max_len} exceeds the model's max_seq_len={cfg.max_seq_len}")
-        self.cache = StaticKVCache(cfg.n_layers, n_slots, max_len, cfg.n_kv_heads, cfg.head_dim,
-                                   self.dtype, self.device)
-        self.max_len = max_len
-        self.decoder = GraphedDecoder(model, self.cache, decode_mode,
-                                      buckets or default_buckets(n_slots))
+        self.model, self.max_len = model, max_len
+        self.device = model.embed.weight.device
+        self.kv = KV_MODES[kv_cache](model, n_slots=n_slots, max_len=max_len,
+                                     decode_mode=decode_mode, buckets=buckets)
+        self.cache, self.decoder = self.kv.cache, self.kv.decoder
         self.seen = torch.zeros(n_slots, cfg.vocab_size, dtype=torch.bool, device=self.device)
         self.last_token = torch.zeros(n_slots, dtype=torch.long, device=self.device)
         # Index assignment from a Python scalar copies it host->device and waits for the
@@ -87,35 +79,24 @@ class ModelRunner:
 
     @property
     def fallbacks(self) -> list[str]:
-        return self.decoder.fallbacks
+        return self.kv.fallbacks
 
     def warmup(self) -> None:
         """Capture or compile every decode bucket now, so no request pays for it later."""
-        self.decoder.capture()
+        self.kv.warmup()
 
     @torch.inference_mode()
     def prefill(self, chunks: list[PrefillChunk]) -> dict[Request, torch.Tensor]:
         """Write the chunks' prompt tokens into their slots in one batched forward.
 
-        Chunks are left-padded to the longest, so every row's real last token sits in the last
-        column and `last_only` logits serve all rows. Returns last-token logits [V] for the
-        requests whose prompt is now complete.
+        Returns last-token logits [V] for the requests whose prompt is now complete.
         """
         if not chunks:
             return {}
-        width = max(c.stop - c.start for c in chunks)
-        scratch = self.max_len - 1
-        tokens = [[0] * (width - len(c.tokens)) + c.tokens for c in chunks]
-        positions = [[scratch] * (width - (c.stop - c.start)) + list(range(c.start, c.stop))
-                     for c in chunks]
         for chunk in chunks:
             if chunk.start == 0:
                 self._reset_seen(chunk.request)
-        logits = self.model(to_device(tokens, torch.long, self.device),
-                            to_device(positions, torch.long, self.device), self.cache,
-                            rows=to_device([c.request.slot for c in chunks], torch.long,
-                                           self.device), last_only=True)
-        return {c.request: logits[row, -1] for row, c in enumerate(chunks) if c.completes_prompt}
+        return self.kv.prefill(chunks)
 
     def _reset_seen(self, request: Request) -> None:
         row = self.seen[request.slot]
@@ -126,17 +107,18 @@ class ModelRunner:
     def decode(self, requests: list[Request], n_rows: int) -> torch.Tensor:
         """Logits [len(requests), V] for each request's next token, in request order.
 
-        The batch covers cache rows [0, n_rows); its input tokens are the slots' newest tokens,
-        already on the device. Rows without a running request compute a throw-away token at
-        the scratch position.
+        `n_rows` is one past the highest running slot: the rows a static decode step covers.
+        The input tokens are the slots' newest tokens, already on the device.
         """
-        positions = [self.max_len - 1] * n_rows
-        for r in requests:
-            positions[r.slot] = r.position
-        positions = to_device(positions, torch.long, self.device)[:, None]
-        logits = self.decoder(self.last_token[:n_rows, None], positions)
-        slots = to_device([r.slot for r in requests], torch.long, self.device)
-        return logits[slots, -1]
+        return self.kv.decode(requests, n_rows, self.last_token)
+
+    def decode_work(self, requests: list[Request], n_rows: int) -> tuple[int, int]:
+        """(rows computed, tokens fed to the model) by `decode(requests, n_rows)`."""
+        return self.kv.work(requests, n_rows)
+
+    def free(self, slot: int) -> None:
+        """Drop what a finished request left in its slot (the dynamic cache's memory)."""
+        self.kv.free(slot)
 
     @torch.inference_mode()
     def sample(self, requests: list[Request], logits: torch.Tensor) -> PendingTokens:
@@ -159,4 +141,5 @@ class ModelRunner:
         tokens = sample(logits, batch, seen, shortlist)
         self.seen[slots, tokens] = self._true
         self.last_token[slots] = tokens
+        self.kv.record(requests, tokens)
         return PendingTokens(requests, tokens)

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from lab.config import PipelineConfig
+from lab.config import PipelineConfig, SamplingConfig
 from lab.device import resolve_device
 from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.graphs import decode_mode
 from lab.engine.request import Request, SamplingParams
-from lab.engine.runner import to_device
 from lab.engine.sampler import Candidates
+from lab.engine.scheduler import POLICIES
+from lab.engine.transfer import to_device
 from lab.engine.weights import load_lm
 from lab.metrics.timers import StageTimer
 from lab.models.snac_codec import (
@@ -205,6 +207,24 @@ class AudioTokenConstraint:
         return Candidates(torch.cat([stop, audio], dim=1), allowed)
 
 
+def engine_config(cfg: PipelineConfig, *, n_slots: int | None = None,
+                  max_len: int = 2048) -> EngineConfig:
+    """The engine's settings for a pipeline config: slots default to its batch size, and
+    `continuous_batching`, `kv_cache`, `compile` and `cuda_graphs` become plain engine values
+    (the engine never sees the app's config)."""
+    return EngineConfig(n_slots=n_slots or cfg.batch_size, max_len=max_len,
+                        policy=POLICIES[0] if cfg.continuous_batching else POLICIES[1],
+                        kv_cache=cfg.kv_cache,
+                        decode_mode=decode_mode(cfg.compile, cfg.cuda_graphs))
+
+
+def sampling_params(cfg: SamplingConfig, *, seed: int | None = None) -> SamplingParams:
+    """A pipeline config's sampling section as the engine's per-request settings."""
+    return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                          repetition_penalty=cfg.repetition_penalty, max_tokens=cfg.max_tokens,
+                          seed=seed)
+
+
 @dataclass
 class Utterance:
     """One submitted text and its audio so far, with the times that define latency."""
@@ -232,6 +252,8 @@ class OrpheusTTS:
 
     Each `step()` runs one engine step (every active utterance gains a token), turns finished
     frames into codec input, and decodes all windows that became due in one batched call.
+    The engine should carry an `AudioTokenConstraint` for `layout` as its logits processor
+    (`from_config` builds it so); without one, invalid tokens are skipped, not spoken.
     """
 
     def __init__(self, engine: LLMEngine, codec: SnacCodec, tokenizer, *,
@@ -249,7 +271,6 @@ class OrpheusTTS:
         self.utterances: dict[str, Utterance] = {}
         self.fallbacks: list[str] = []
         self.timer: StageTimer | None = None
-        engine.runner.logits_processor = AudioTokenConstraint(layout)
 
     @classmethod
     def from_config(cls, cfg: PipelineConfig, *, n_slots: int | None = None,
@@ -285,10 +306,11 @@ class OrpheusTTS:
 
             fallbacks += apply_precision(lm, cfg.dtype, cfg.quant, device).fallbacks
         room = max_len or cfg.sampling.max_tokens + PROMPT_ROOM
-        engine = LLMEngine(lm, EngineConfig.from_pipeline(
-            cfg, n_slots=n_slots, max_len=min(room, lm_cfg.max_seq_len)))
+        engine = LLMEngine(lm, engine_config(cfg, n_slots=n_slots,
+                                             max_len=min(room, lm_cfg.max_seq_len)),
+                           logits_processor=AudioTokenConstraint(layout))
         window = StreamWindow(hop=cfg.decode_interval, left=cfg.overlap, right=cfg.overlap)
-        sampling = SamplingParams.from_config(cfg.sampling, seed=cfg.seed)
+        sampling = sampling_params(cfg.sampling, seed=cfg.seed)
         tts = cls(engine, codec, tokenizer, layout=layout, window=window, sampling=sampling)
         tts.fallbacks = fallbacks
         return tts

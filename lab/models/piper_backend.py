@@ -87,14 +87,15 @@ class PiperBackend:
         return prepared.ids, prepared.warnings
 
     def warm_up(self, texts: tuple[str, ...]) -> None:
-        """Run each text once through the paths requests take (batched, and streamed when the
-        config streams), so compilation and first-call set-up happen before any request."""
+        """Run each text once through the path this config's requests take (streamed or
+        batched), so compilation and first-call set-up happen before any request."""
         for text in texts:
             ids = self.prepare(text)[0][:1]
-            self.synthesize(ids, [0], StageTimer(self.device))
             if self.config.stream:
                 for _ in self.stream(ids[0], 0, StageTimer(self.device)):
                     pass
+            else:
+                self.synthesize(ids, [0], StageTimer(self.device))
 
     def synthesize(self, ids: list[list[int]], seeds: list[int],
                    timer: StageTimer) -> list[np.ndarray]:

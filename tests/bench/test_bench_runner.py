@@ -202,7 +202,7 @@ def test_a_streaming_config_is_benchmarked_streaming_at_batch_one(voice_pipeline
     streamed = voice_pipeline.config.replace(stream=True, decode_interval=12)
     rows = run_text_set(lambda b: Pipeline(streamed.replace(batch_size=b)), [text, text],
                         [1, 2], warmup=0, progress=False)
-    assert rows[0].ttfb_p50_ms < 0.6 * rows[0].latency_p50_ms
+    assert rows[0].ttfb_p50_ms < 0.8 * rows[0].latency_p50_ms
     assert "stream/12" in rows[0].config and "ran one-shot" not in rows[0].fallbacks
     assert "one-shot" in rows[1].config and "batch 2 ran one-shot" in rows[1].fallbacks
     one_shot = run_text_set(lambda b: voice_pipeline, [text], [1], warmup=0, progress=False)

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from lab.config import PipelineConfig
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.llm import LM, LMConfig
 from lab.engine.request import RequestError, SamplingParams
@@ -121,10 +120,3 @@ def test_bad_requests_are_refused_and_leave_the_engine_as_it_was(lm):
     assert list(eng.requests) == ["x"] and len(eng.scheduler.waiting) == 1
     with pytest.raises(RequestError, match="still running"):
         eng.release("x")
-
-
-def test_engine_config_follows_the_pipeline_config():
-    cfg = PipelineConfig(family="orpheus", batch_size=8, continuous_batching=False,
-                         cuda_graphs=True)
-    ec = EngineConfig.from_pipeline(cfg, max_len=512)
-    assert (ec.n_slots, ec.max_len, ec.policy, ec.decode_mode) == (8, 512, "static", "cuda-graph")

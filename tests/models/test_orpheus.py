@@ -22,9 +22,11 @@ from lab.models.orpheus import (
     OrpheusError,
     OrpheusLayout,
     OrpheusTTS,
+    engine_config,
     format_prompt,
     frames_from_tokens,
     load_tokenizer,
+    sampling_params,
 )
 from lab.models.snac_codec import SnacCodec, StreamWindow, build_snac
 
@@ -45,7 +47,8 @@ def tiny_tts(**engine_kw) -> OrpheusTTS:
     with torch.random.fork_rng():
         torch.manual_seed(0)
         lm = LM(cfg).eval().requires_grad_(False)
-    engine = LLMEngine(lm, EngineConfig(**{"n_slots": 3, "max_len": 160, **engine_kw}))
+    engine = LLMEngine(lm, EngineConfig(**{"n_slots": 3, "max_len": 160, **engine_kw}),
+                       logits_processor=AudioTokenConstraint(LAYOUT))
     codec = SnacCodec(
         build_snac({**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}), noise=False
     )
@@ -169,6 +172,42 @@ def test_from_config_builds_a_dummy_pipeline_that_speaks():
     assert audio.dtype == np.float32 and audio.size % 2048 == 0 and audio.size <= 3 * 2048
     with pytest.raises(OrpheusError):
         tts.submit("test", voice="nobody")
+
+
+def test_engine_config_follows_the_pipeline_config():
+    cfg = PipelineConfig(family="orpheus", batch_size=8, continuous_batching=False,
+                         cuda_graphs=True, kv_cache="dynamic")
+    ec = engine_config(cfg, max_len=512)
+    assert (ec.n_slots, ec.max_len, ec.policy, ec.decode_mode, ec.kv_cache) == (
+        8, 512, "static", "cuda-graph", "dynamic")
+    assert engine_config(PipelineConfig(family="orpheus"), n_slots=3).n_slots == 3
+
+
+def test_sampling_params_follow_the_config_and_share_its_defaults():
+    assert sampling_params(SamplingConfig()) == SamplingParams()
+    params = sampling_params(SamplingConfig(temperature=0.0, top_k=7, max_tokens=21), seed=4)
+    assert (params.temperature, params.top_k, params.max_tokens, params.seed) == (0.0, 7, 21, 4)
+
+
+@pytest.mark.parametrize("kv_cache", ["dynamic", "none"])
+def test_the_kv_cache_mode_makes_the_same_audio_as_the_static_cache(kv_cache):
+    texts = ["one", "two two", "three three three", "four"]
+    sampling = SamplingParams(temperature=0.0, max_tokens=7 * 4)
+    static = tiny_tts().synthesize(texts, "tara", sampling)
+    other = tiny_tts(kv_cache=kv_cache).synthesize(texts, "tara", sampling)
+    for a, b in zip(static, other, strict=True):
+        assert a.shape == b.shape and a.size > 0 and np.allclose(a, b, atol=1e-5)
+
+
+def test_graphs_asked_with_a_growing_cache_run_eager_and_say_so():
+    cfg = PipelineConfig(family="orpheus", weights="dummy", model="tiny-llama", device="cpu",
+                         cuda_graphs=True, kv_cache="dynamic",
+                         sampling=SamplingConfig(max_tokens=14, temperature=0.0))
+    tts = OrpheusTTS.from_config(cfg, n_slots=2)
+    assert tts.engine.fallbacks == [
+        "CUDA graphs need the static KV cache; kv_cache=dynamic ran eager"]
+    assert tts.engine.runner.decoder is None
+    tts.synthesize(["test"])
 
 
 def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):

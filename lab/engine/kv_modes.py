@@ -1,0 +1,200 @@
+"""How a step reaches the past, one class per `kv_cache` mode, over the same slots.
+
+The runner hands each mode a step's prefill chunks (and gets the last-token logits of each
+prompt they complete) or its decode batch (and gets each request's next-token logits); the
+modes differ only in what a slot keeps between steps:
+
+- `static`: K/V preallocated per slot (`StaticKVCache`); the decode step runs over rows
+  [0, n_rows) with fixed shapes and addresses, so it can be captured as a CUDA graph.
+- `dynamic`: K/V per slot that grow by concatenation (`SlotDynamicCache`); only the running
+  rows are computed, but every step copies their whole history. Always eager.
+- `none`: only token ids (`NoKVCache`); every step recomputes each running request's whole
+  prefix, so its work grows with the length generated. Always eager.
+
+`work()` says what a decode step made the model do (rows covered, tokens fed), so the engine's
+counters show the cost of a mode without timing it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lab.engine.cache import NoKVCache, SlotDynamicCache, StaticKVCache
+from lab.engine.graphs import GraphedDecoder
+from lab.engine.request import Request
+from lab.engine.scheduler import PrefillChunk
+from lab.engine.slots import default_buckets
+from lab.engine.transfer import to_device
+
+
+def _left_padded(rows: list[list[int]], starts: list[int], scratch: int):
+    """Token rows left-padded to the longest, with their positions (padding at `scratch`), so
+    every row's last real token sits in the last column."""
+    width = max(len(r) for r in rows)
+    tokens = [[0] * (width - len(r)) + r for r in rows]
+    positions = [[scratch] * (width - len(r)) + list(range(s, s + len(r)))
+                 for r, s in zip(rows, starts, strict=True)]
+    return tokens, positions
+
+
+def _completed(chunks: list[PrefillChunk], logits: torch.Tensor) -> dict[Request, torch.Tensor]:
+    """Logits row i belongs to chunks[i]; only a completed prompt has a next token to sample."""
+    return {c.request: logits[i] for i, c in enumerate(chunks) if c.completes_prompt}
+
+
+class _SlotMode:
+    """Hooks a mode may leave alone: nothing to capture, nothing to note per sampled token,
+    nothing to drop when a request leaves its slot."""
+
+    def warmup(self) -> None:
+        """Nothing to capture."""
+
+    def record(self, requests: list[Request], tokens: torch.Tensor) -> None:
+        """Nothing to do: a sampled token reaches the model as the next step's input."""
+
+    def free(self, slot: int) -> None:
+        """Nothing to drop: the next prefill overwrites what it will read."""
+
+
+class StaticSlots(_SlotMode):
+    """Preallocated K/V rows; decode goes through GraphedDecoder (eager, graph or compiled)."""
+
+    def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str,
+                 buckets: tuple[int, ...] | None) -> None:
+        cfg, weight = model.cfg, model.embed.weight
+        self.model, self.max_len = model, max_len
+        self.cache = StaticKVCache(cfg.n_layers, n_slots, max_len, cfg.n_kv_heads, cfg.head_dim,
+                                   weight.dtype, weight.device)
+        self.decoder = GraphedDecoder(model, self.cache, decode_mode,
+                                      buckets or default_buckets(n_slots))
+        self.device = weight.device
+
+    @property
+    def fallbacks(self) -> list[str]:
+        return self.decoder.fallbacks
+
+    def warmup(self) -> None:
+        self.decoder.capture()
+
+    def prefill(self, chunks: list[PrefillChunk]) -> dict[Request, torch.Tensor]:
+        tokens, positions = _left_padded([c.tokens for c in chunks], [c.start for c in chunks],
+                                         self.max_len - 1)
+        rows = to_device([c.request.slot for c in chunks], torch.long, self.device)
+        logits = self.model(to_device(tokens, torch.long, self.device),
+                            to_device(positions, torch.long, self.device), self.cache,
+                            rows=rows, last_only=True)
+        return _completed(chunks, logits[:, -1])
+
+    def decode(self, requests: list[Request], n_rows: int,
+               last_token: torch.Tensor) -> torch.Tensor:
+        """Rows without a running request compute a throw-away token at the scratch position."""
+        positions = [self.max_len - 1] * n_rows
+        for r in requests:
+            positions[r.slot] = r.position
+        positions = to_device(positions, torch.long, self.device)[:, None]
+        logits = self.decoder(last_token[:n_rows, None], positions)
+        slots = to_device([r.slot for r in requests], torch.long, self.device)
+        return logits[slots, -1]
+
+    def work(self, requests: list[Request], n_rows: int) -> tuple[int, int]:
+        return n_rows, n_rows
+
+
+class _EagerSlots(_SlotMode):
+    """What the modes without fixed shapes share: no graphs, so a request for them is noted."""
+
+    decoder = None
+
+    def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str,
+                 buckets: tuple[int, ...] | None) -> None:
+        self.model, self.n_slots, self.max_len = model, n_slots, max_len
+        self.device = model.embed.weight.device
+        self.fallbacks: list[str] = []
+        if decode_mode != "eager":
+            self.fallbacks.append(
+                f"CUDA graphs need the static KV cache; kv_cache={self.mode} ran eager")
+
+
+class DynamicSlots(_EagerSlots):
+    """Per-slot growing K/V; a step computes only the running rows."""
+
+    mode = "dynamic"
+
+    def __init__(self, model, **settings) -> None:
+        super().__init__(model, **settings)
+        self.cache = SlotDynamicCache(model.cfg.n_layers, self.n_slots, self.max_len)
+
+    def prefill(self, chunks: list[PrefillChunk]) -> dict[Request, torch.Tensor]:
+        """A slot's first chunk drops whatever an earlier request left there."""
+        for chunk in chunks:
+            if chunk.start == 0:
+                self.cache.free(chunk.request.slot)
+        tokens, positions = _left_padded([c.tokens for c in chunks], [c.start for c in chunks],
+                                         self.max_len - 1)
+        view = self.cache.batch([c.request.slot for c in chunks],
+                                [c.stop - c.start for c in chunks])
+        logits = self.model(to_device(tokens, torch.long, self.device),
+                            to_device(positions, torch.long, self.device), view, last_only=True)
+        return _completed(chunks, logits[:, -1])
+
+    def decode(self, requests: list[Request], n_rows: int,
+               last_token: torch.Tensor) -> torch.Tensor:
+        slots = [r.slot for r in requests]
+        tokens = last_token[to_device(slots, torch.long, self.device), None]
+        positions = to_device([[r.position] for r in requests], torch.long, self.device)
+        view = self.cache.batch(slots, [1] * len(slots))
+        return self.model(tokens, positions, view, last_only=True)[:, -1]
+
+    def work(self, requests: list[Request], n_rows: int) -> tuple[int, int]:
+        return len(requests), len(requests)
+
+    def free(self, slot: int) -> None:
+        self.cache.free(slot)
+
+
+class Recompute(_EagerSlots):
+    """No K/V: each slot keeps its token ids and every step runs the whole prefix again."""
+
+    mode = "none"
+
+    def __init__(self, model, **settings) -> None:
+        super().__init__(model, **settings)
+        self.cache = NoKVCache(self.n_slots, self.max_len, self.device)
+
+    def prefill(self, chunks: list[PrefillChunk]) -> dict[Request, torch.Tensor]:
+        """Store the chunks' tokens; only a completed prompt needs a forward (over all of it,
+        since nothing of the earlier chunks was kept)."""
+        for c in chunks:
+            ids = to_device(c.tokens, torch.long, self.device)
+            self.cache.tokens[c.request.slot, c.start:c.stop] = ids
+        done = [c.request for c in chunks if c.completes_prompt]
+        if not done:
+            return {}
+        return dict(zip(done, self._recompute(done, [len(r.prompt_ids) for r in done]),
+                        strict=True))
+
+    def decode(self, requests: list[Request], n_rows: int,
+               last_token: torch.Tensor) -> torch.Tensor:
+        return self._recompute(requests, [r.position + 1 for r in requests])
+
+    def _recompute(self, requests: list[Request], lengths: list[int]) -> torch.Tensor:
+        """Last-token logits of each request's first `length` tokens, in one left-padded batch."""
+        width, scratch = max(lengths), self.max_len - 1
+        columns = [[0] * (width - n) + list(range(n)) for n in lengths]
+        positions = [[scratch] * (width - n) + list(range(n)) for n in lengths]
+        slots = to_device([[r.slot] for r in requests], torch.long, self.device)
+        tokens = self.cache.tokens[slots, to_device(columns, torch.long, self.device)]
+        return self.model(tokens, to_device(positions, torch.long, self.device), None,
+                          last_only=True)[:, -1]
+
+    def work(self, requests: list[Request], n_rows: int) -> tuple[int, int]:
+        return len(requests), sum(r.position + 1 for r in requests)
+
+    def record(self, requests: list[Request], tokens: torch.Tensor) -> None:
+        """Write each sampled token at its position, where the next step's prefix reads it."""
+        slots = to_device([r.slot for r in requests], torch.long, self.device)
+        positions = to_device([r.position + 1 for r in requests], torch.long, self.device)
+        self.cache.tokens[slots, positions] = tokens
+
+
+KV_MODES = {"static": StaticSlots, "dynamic": DynamicSlots, "none": Recompute}
