@@ -1,4 +1,4 @@
-"""Turn a config's device name into a torch.device, refusing CUDA where there is none."""
+"""Turn a config's device name into a torch.device, and say what its hardware does natively."""
 
 from __future__ import annotations
 
@@ -18,3 +18,14 @@ def resolve_device(name: str | torch.device) -> torch.device:
         raise ConfigError(f"device={str(name)!r} but no CUDA GPU is visible here; "
                           "use 'auto' or 'cpu'")
     return device
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether bf16 math runs natively here. A CPU without AVX512-BF16 or AMX (oneDNN's test)
+    emulates it, and a voice in bf16 then runs tens of times slower than in fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False

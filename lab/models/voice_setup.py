@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from lab.config import PipelineConfig
+from lab.device import native_bf16
 from lab.quant.precision import DTYPES, apply_precision
 
 
@@ -35,6 +36,9 @@ def prepare_model(model: nn.Module, config: PipelineConfig, device: torch.device
     if device.type == "cpu" and dtype == torch.float16:
         fallbacks.append("fp16 convolutions are slow or missing on CPU; ran bf16 instead")
         dtype = torch.bfloat16
+    if dtype == torch.bfloat16 and not native_bf16(device):
+        fallbacks.append("this CPU has no native bf16 (no AVX512-BF16 or AMX): bf16 is "
+                         "emulated and runs far slower than fp32 here")
     model.to(device=device, dtype=dtype)
     if dtype != torch.float32:
         model.keep_durations_fp32()
