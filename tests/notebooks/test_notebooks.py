@@ -15,7 +15,7 @@ NOTEBOOKS = [
     "05_streaming.ipynb",
     "06_blind_ab_quality.ipynb",
 ]
-TIMEOUT_S = 240
+TIMEOUT_S = 480  # per cell; a 2-core machine without native bf16 is slow
 PLOTLY = "application/vnd.plotly.v1+json"
 
 
