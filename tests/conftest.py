@@ -15,3 +15,13 @@ torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 def voice_pipeline() -> Pipeline:
     """The default voice on CPU, one-shot (no streaming)."""
     return Pipeline(PipelineConfig(device="cpu", stream=False))
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: CPU reductions then run in one order, so results compare
+    exactly across runs, and tiny models skip the cost of waking a second thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

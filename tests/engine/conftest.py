@@ -2,12 +2,8 @@
 reductions in one order so runs compare exactly."""
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _single_thread(one_thread):
+    """Every engine test uses the shared `one_thread` fixture."""

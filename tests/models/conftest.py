@@ -1,12 +1,8 @@
-"""Model tests compare numbers across runs; one thread keeps CPU reductions in one order."""
+"""Model tests compare numbers across runs, so each runs on one thread."""
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _single_thread(one_thread):
+    """Every model test uses the shared `one_thread` fixture."""
