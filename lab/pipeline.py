@@ -92,9 +92,9 @@ def describe_startup(startup: dict[str, float]) -> str:
 class Pipeline:
     """Built once per config (loading and warming up are the slow part), then serves requests.
 
-    Construction loads the model and runs one short warm-up request, so compile, graph capture
+    Construction loads the model and warms it up on `WARMUP_TEXTS`, so compile, graph capture
     and first-call kernel set-up are paid here and reported in `startup` (milliseconds), never
-    inside the first request's timings.
+    inside the first request's timings; callers need no warm-up request of their own.
     """
 
     def __init__(self, config: PipelineConfig | None = None) -> None:

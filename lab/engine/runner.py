@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 import torch
 
-from lab.engine.cache import CACHE_MODES
 from lab.engine.kv_modes import KV_MODES
 from lab.engine.request import Request
 from lab.engine.sampler import Candidates, SamplingBatch, sample
@@ -61,7 +60,7 @@ class ModelRunner:
                  decode_mode: str = "eager", buckets: tuple[int, ...] | None = None,
                  logits_processor: LogitsProcessor | None = None) -> None:
         if kv_cache not in KV_MODES:
-            raise ValueError(f"kv_cache={kv_cache!r}; choose one of {list(CACHE_MODES)}")
+            raise ValueError(f"kv_cache={kv_cache!r}; choose one of {list(KV_MODES)}")
         cfg = model.cfg
         if max_len > cfg.max_seq_len:
             raise ValueError(f"max_len={max_len} exceeds the model's max_seq_len={cfg.max_seq_len}")

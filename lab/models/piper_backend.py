@@ -90,12 +90,12 @@ class PiperBackend:
         """Run each text once through the path this config's requests take (streamed or
         batched), so compilation and first-call set-up happen before any request."""
         for text in texts:
-            ids = self.prepare(text)[0][:1]
+            ids = self.prepare(text)[0][0]
             if self.config.stream:
-                for _ in self.stream(ids[0], 0, StageTimer(self.device)):
+                for _ in self.stream(ids, 0, StageTimer(self.device)):
                     pass
             else:
-                self.synthesize(ids, [0], StageTimer(self.device))
+                self.synthesize([ids], [0], StageTimer(self.device))
 
     def synthesize(self, ids: list[list[int]], seeds: list[int],
                    timer: StageTimer) -> list[np.ndarray]:
