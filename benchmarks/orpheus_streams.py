@@ -28,13 +28,9 @@ import torch
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.request import SamplingParams
 from lab.engine.weights import load_lm
-from lab.models.orpheus import (
-    TINY_SNAC,
-    AudioTokenConstraint,
-    ByteTokenizer,
-    OrpheusLayout,
-    OrpheusTTS,
-)
+from lab.models.orpheus_backend import TINY_SNAC
+from lab.models.orpheus_format import AudioTokenConstraint, ByteTokenizer, OrpheusLayout
+from lab.models.orpheus_tts import OrpheusTTS
 from lab.models.snac_codec import (
     ORPHEUS_WINDOW,
     SNAC_24KHZ,
@@ -287,7 +283,7 @@ def markdown(result: dict) -> str:
 
 
 def prompt_len(tts: OrpheusTTS) -> int:
-    from lab.models.orpheus import format_prompt
+    from lab.models.orpheus_format import format_prompt
 
     return len(format_prompt(tts.tokenizer, TEXTS[0], "tara", tts.layout))
 

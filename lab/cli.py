@@ -88,6 +88,10 @@ def cmd_synth(args: argparse.Namespace) -> None:
              ("audio", f"{m.audio_seconds:9.2f} s"), ("real-time factor", f"{m.rtf:9.3f}"),
              ("audio s per s", f"{m.audio_seconds_per_second:9.2f}"),
              ("peak memory", f"{m.peak_memory_mb:9.1f} MB")]
+    if m.ms_per_step is not None:
+        rows += [("tokens per s", f"{m.tokens_per_second:9.1f}"),
+                 ("ms per decode step", f"{m.ms_per_step:9.2f} ms over {len(m.step_ms)} steps")]
+    rows += list(pipe.memory_facts().items())
     rows += [("fallback", note) for note in result.fallbacks]
     rows += [("warning", note) for note in result.warnings]
     _print_table(rows)

@@ -15,16 +15,20 @@ from pathlib import Path
 
 import yaml
 
-FAMILIES = ("piper-vits", "orpheus")
+from lab.engine.kv_modes import KV_MODES
+from lab.models.registry import FAMILIES
+from lab.quant import COMPILE_MODES as _COMPILE_TABLE
+from lab.quant import DTYPES as _DTYPE_TABLE
+from lab.quant import QUANTS
+
 DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("fp32", "fp16", "bf16")
-QUANTS = ("none", "int8-weight", "int8-dynamic", "int4-weight", "fp8")
-KV_CACHES = ("none", "dynamic", "static")
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+DTYPES = tuple(_DTYPE_TABLE)
+KV_CACHES = tuple(KV_MODES)
+COMPILE_MODES = tuple(_COMPILE_TABLE)
 WEIGHTS = ("real", "dummy")
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "family": FAMILIES,
+    "family": tuple(FAMILIES),
     "device": DEVICES,
     "dtype": DTYPES,
     "quant": QUANTS,

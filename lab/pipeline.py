@@ -1,15 +1,16 @@
 """The lab's synthesis pipeline: text -> ids -> acoustic model -> streamed audio -> timings.
 
 A Pipeline is built once from a PipelineConfig (loading weights is the slow part) and then
-serves many requests. Every request returns the audio together with what it cost, so the app,
-the CLI, the notebooks and the benchmarks all read the same numbers.
+serves many requests, from any number of threads: one worker thread owns the loaded model
+(`lab.worker`), and each request carries its own meter. Every request returns the audio
+together with what it cost, so the app, the CLI, the notebooks and the benchmarks all read the
+same numbers.
 """
 
 from __future__ import annotations
 
-import resource
-import sys
 import time
+import weakref
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
@@ -18,12 +19,16 @@ import torch
 
 from lab.config import PipelineConfig
 from lab.device import resolve_device
+from lab.metrics import memory
 from lab.metrics.events import events
-from lab.metrics.timers import StageTimer
-from lab.models.piper_backend import PiperBackend
+from lab.metrics.timers import RequestMeter, StageTimer
+from lab.models.registry import load_backend
 from lab.quant.precision import weight_bytes
+from lab.worker import Worker
 
 SENTENCE_GAP_S = 0.12
+NO_AUDIO = ("the model produced no audio for this text (an autoregressive model can end its "
+            "speech at once, as random weights often do)")
 # A very short and a long sentence: a compiled model with dynamic shapes settles its guards
 # only after it has seen lengths at both ends, so one warm-up text would leave a recompile for
 # the first real request.
@@ -41,6 +46,12 @@ class SynthesisMetrics:
     audio_seconds_per_second: float
     peak_memory_mb: float
     tokens_per_second: float | None = None
+    step_ms: list[float] = field(default_factory=list)
+    """Each decode step this request took part in, in order (autoregressive families)."""
+
+    @property
+    def ms_per_step(self) -> float | None:
+        return sum(self.step_ms) / len(self.step_ms) if self.step_ms else None
 
 
 @dataclass
@@ -61,22 +72,6 @@ class AudioChunk:
     sample_rate: int
 
 
-def _peak_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
-
-
-def load_backend(config: PipelineConfig, device: torch.device):
-    """The family's backend: it turns text into units (sentences) and units into audio."""
-    if config.family == "orpheus":
-        from lab.models.orpheus_backend import OrpheusBackend
-
-        return OrpheusBackend(config, device)
-    return PiperBackend.load(config, device)
-
-
 def _timing(timer: StageTimer) -> tuple[dict[str, float], float]:
     """Stage totals and elapsed time, read once: on CUDA each read synchronizes."""
     return timer.results(), timer.since_start()
@@ -95,6 +90,7 @@ class Pipeline:
     Construction loads the model and warms it up on `WARMUP_TEXTS`, so compile, graph capture
     and first-call kernel set-up are paid here and reported in `startup` (milliseconds), never
     inside the first request's timings; callers need no warm-up request of their own.
+    A knob the family cannot honour is refused here, with the family's reason.
     """
 
     def __init__(self, config: PipelineConfig | None = None) -> None:
@@ -106,8 +102,29 @@ class Pipeline:
         self.backend.warm_up(WARMUP_TEXTS)
         self.startup = {"load_ms": (loaded - started) * 1e3,
                         "warmup_ms": (time.perf_counter() - loaded) * 1e3}
-        self.fallbacks = list(self.backend.fallbacks)
         self.sample_rate = self.backend.sample_rate
+        self.family = self.backend.family
+        self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch)
+        weakref.finalize(self, self._worker.close)
+
+    @property
+    def resolved(self) -> PipelineConfig:
+        """The config as it really runs, after fallbacks (fp16 on a CPU is bf16, a quant mode
+        that could not run is its fallback, a failed capture is eager): what labels show."""
+        return self.config.replace(**self.backend.applied())
+
+    @property
+    def fallbacks(self) -> list[str]:
+        """Every fallback fired so far, read live from each component of the backend."""
+        return self.backend.fallbacks()
+
+    def close(self) -> None:
+        """Release the worker thread once it has finished its requests."""
+        self._worker.close()
+
+    def _meter(self) -> RequestMeter:
+        memory.reset_peak(self.device)
+        return RequestMeter(StageTimer(self.device))
 
     def _seeds(self, n: int) -> list[int]:
         return [self.config.seed * 1000 + 2 * i for i in range(n)]
@@ -121,21 +138,23 @@ class Pipeline:
             out.extend([self._gap(), piece] if i else [piece])
         return np.concatenate(out).astype(np.float32)
 
-    def _finish(self, text: str, audio: np.ndarray, timing: tuple[dict[str, float], float],
-                ttfb_ms: float, warnings: list[str]) -> Synthesis:
+    def _finish(self, text: str, audio: np.ndarray, meter: RequestMeter,
+                timing: tuple[dict[str, float], float], ttfb_ms: float,
+                warnings: list[str]) -> Synthesis:
         stages, total_ms = timing
         audio_s = len(audio) / self.sample_rate
-        tokens = self.backend.tokens
+        tokens = meter.tokens if self.family.autoregressive else None
         metrics = SynthesisMetrics(
             stages=stages, ttfb_ms=ttfb_ms, total_ms=total_ms, audio_seconds=audio_s,
             rtf=total_ms / 1000 / audio_s if audio_s else float("inf"),
             audio_seconds_per_second=audio_s / (total_ms / 1000) if total_ms else 0.0,
-            peak_memory_mb=_peak_memory_mb(self.device),
-            tokens_per_second=None if tokens is None else tokens / (total_ms / 1000))
+            peak_memory_mb=memory.peak_mb(self.device),
+            tokens_per_second=None if tokens is None else tokens / (total_ms / 1000),
+            step_ms=meter.step_ms)
         events.record("synthesis", ttfb_ms=ttfb_ms, total_ms=total_ms, rtf=metrics.rtf,
                       audio_seconds=audio_s, family=self.config.family, dtype=self.config.dtype,
                       device=self.device.type)
-        return Synthesis(audio, self.sample_rate, text, metrics, list(self.fallbacks), warnings)
+        return Synthesis(audio, self.sample_rate, text, metrics, self.fallbacks, warnings)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -143,11 +162,7 @@ class Pipeline:
 
     def memory_facts(self) -> dict[str, str]:
         """What the model holds in memory, in words a user can compare across configs."""
-        facts = {"weights": f"{self.weight_bytes / 2**20:.1f} MiB"}
-        cache = getattr(self.backend, "kv_cache", None)
-        if cache is not None:
-            facts["KV cache"] = cache.describe()
-        return facts
+        return {"weights": f"{self.weight_bytes / 2**20:.1f} MiB", **self.backend.memory_facts()}
 
     @property
     def weight_bytes(self) -> int:
@@ -158,33 +173,45 @@ class Pipeline:
         """Yield audio as it is decoded, sentence by sentence and window by window.
 
         The generator's return value is the whole Synthesis with its metrics, for callers
-        that want the numbers once the last chunk has played.
+        that want the numbers once the last chunk has played. Its clock starts at the first
+        `next()`, so time spent queued behind other requests counts; closing it early
+        cancels the request.
         """
-        timer = StageTimer(self.device)
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        meter = self._meter()
+        return (yield from self._worker.stream(lambda: self._streamed(text, meter)))
+
+    def _streamed(self, text: str, meter: RequestMeter) -> Generator[AudioChunk, None, Synthesis]:
+        """The stream itself, run on the worker thread."""
+        timer = meter.timer
         units, warnings = self._timed_prepare(text, timer)
         chunks = []
-        for chunk in self._stream(timer, units):
+        for chunk in self._stream(meter, units):
             chunks.append(chunk)
             yield chunk
-        audio = np.concatenate([c.audio for c in chunks]).astype(np.float32)
-        return self._finish(text, audio, _timing(timer), chunks[0].elapsed_ms, warnings)
+        if not chunks:
+            warnings.append(NO_AUDIO)
+        audio = np.concatenate([c.audio for c in chunks] or [np.zeros(0, np.float32)])
+        ttfb = chunks[0].elapsed_ms if chunks else timer.since_start()
+        return self._finish(text, audio.astype(np.float32), meter, _timing(timer), ttfb, warnings)
 
     def _timed_prepare(self, text: str, timer: StageTimer) -> tuple[list, list[str]]:
         with timer.stage("text_to_tokens"):
             return self.backend.prepare(text)
 
-    def _stream(self, timer: StageTimer, units: list) -> Iterator[AudioChunk]:
-        index = 0
+    def _stream(self, meter: RequestMeter, units: list) -> Iterator[AudioChunk]:
+        timer, index = meter.timer, 0
         for i, (unit, seed) in enumerate(zip(units, self._seeds(len(units)), strict=True)):
             if i:
                 yield AudioChunk(self._gap(), index, timer.since_start(), self.sample_rate)
                 index += 1
-            for piece in self.backend.stream(unit, seed, timer):
-                if len(piece):
-                    yield AudioChunk(piece, index, timer.since_start(), self.sample_rate)
-                    index += 1
+            pieces = self.backend.stream(unit, seed, meter)
+            try:
+                for piece in pieces:
+                    if len(piece):
+                        yield AudioChunk(piece, index, timer.since_start(), self.sample_rate)
+                        index += 1
+            finally:
+                pieces.close()
 
     def synthesize(self, text: str) -> Synthesis:
         """Whole-utterance synthesis; streams internally when the config asks for streaming."""
@@ -201,22 +228,25 @@ class Pipeline:
         """Several texts at once, their sentences batched by the backend.
 
         Every sentence keeps the noise (or sampling seed) it would get alone, so each output
-        equals synthesizing that text by itself. Timings are for the whole batch.
+        equals synthesizing that text by itself. Timings are for the whole batch, which may
+        include other callers' texts waiting at the same moment (the worker merges them).
         """
-        timer = StageTimer(self.device)
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        return self._worker.batch(texts, self._meter())
+
+    def _run_batch(self, texts: list[str], meter: RequestMeter) -> list[Synthesis]:
+        """One merged batch, run on the worker thread."""
+        timer = meter.timer
         prepared = [self._timed_prepare(t, timer) for t in texts]
         units, seeds, owner = [], [], []
         for n, (text_units, _) in enumerate(prepared):
             units += text_units
             seeds += self._seeds(len(text_units))
             owner += [n] * len(text_units)
-        pieces = self.backend.synthesize(units, seeds, timer)
+        pieces = self.backend.synthesize(units, seeds, meter)
         ttfb = timer.since_start()
         per_text: list[list[np.ndarray]] = [[] for _ in texts]
         for n, piece in zip(owner, pieces, strict=True):
             per_text[n].append(piece)
         timing = _timing(timer)
-        return [self._finish(t, self._join(a), timing, ttfb, warnings)
+        return [self._finish(t, self._join(a), meter, timing, ttfb, warnings)
                 for t, a, (_, warnings) in zip(texts, per_text, prepared, strict=True)]

@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
@@ -109,36 +111,41 @@ STEPS = {"synthesize": synthesize, "ab": ab, "benchmark": benchmark, "live": liv
          "profile": profile}
 
 
+@contextmanager
+def app_page(data_dir: str, chromium: str) -> Iterator[Page]:
+    """A fresh app on a free port, and a headless browser page open on it; both stop after."""
+    shutil.rmtree(ROOT / data_dir, ignore_errors=True)
+    port = free_port()
+    app = start_app(data_dir, port)
+    try:
+        with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                user_data_dir=Path(tmp) / "chromium", executable_path=chromium,
+                headless=True, args=CHROME_ARGS, viewport={"width": 1400, "height": 1000},
+            )
+            page = context.new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("#synth-go", timeout=60_000)
+            yield page
+            context.close()
+    finally:
+        app.send_signal(signal.SIGTERM)
+        app.wait(timeout=30)
+        shutil.rmtree(ROOT / data_dir, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    data_dir = "runs/lab-data-screenshots"
-    shutil.rmtree(ROOT / data_dir, ignore_errors=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        app = start_app(data_dir, port)
-        try:
-            with sync_playwright() as pw:
-                context = pw.chromium.launch_persistent_context(
-                    user_data_dir=Path(tmp) / "chromium", executable_path=args.chromium,
-                    headless=True, args=CHROME_ARGS, viewport={"width": 1400, "height": 1000},
-                )
-                page = context.new_page()
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.wait_for_selector("#synth-go", timeout=60_000)
-                for name, step in STEPS.items():
-                    step(page)
-                    path = args.out / f"{name}.png"
-                    page.screenshot(path=str(path), full_page=True)
-                    print(f"wrote {path}")
-                context.close()
-        finally:
-            app.send_signal(signal.SIGTERM)
-            app.wait(timeout=30)
-            shutil.rmtree(ROOT / data_dir, ignore_errors=True)
+    with app_page("runs/lab-data-screenshots", args.chromium) as page:
+        for name, step in STEPS.items():
+            step(page)
+            path = args.out / f"{name}.png"
+            page.screenshot(path=str(path), full_page=True)
+            print(f"wrote {path}")
 
 
 if __name__ == "__main__":

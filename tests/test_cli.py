@@ -1,6 +1,7 @@
 """The `lab` command: synth writes a real WAV and prints timings; bad input exits with a message."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -136,3 +137,20 @@ def test_app_takes_a_data_dir_and_no_warm(tmp_path, monkeypatch):
     monkeypatch.setattr(lab.ui, "launch", lambda **kwargs: seen.update(kwargs))
     assert main(["app", "--data-dir", str(tmp_path), "--no-warm", "--port", "7999"]) == 0
     assert seen == {"host": "127.0.0.1", "port": 7999, "data_dir": str(tmp_path), "warm": False}
+
+
+@pytest.mark.parametrize("mode", ["none", "static"])
+def test_synth_on_an_autoregressive_preset_reports_the_kv_cache_and_steps(tmp_path, capsys, mode):
+    out = tmp_path / f"{mode}.wav"
+    assert main(["synth", "Hi there.", "-o", str(out), "--preset", "orpheus-tiny-cpu",
+                 "--set", f"kv_cache={mode}", "--set", "sampling.max_tokens=28"]) == 0
+    printed = capsys.readouterr().out
+    assert "ms per decode step" in printed and "tokens per s" in printed
+    assert re.search(rf"^KV cache +{mode}\b", printed, re.M)
+
+
+def test_synth_refuses_a_knob_the_family_cannot_honour(tmp_path, capsys):
+    out = tmp_path / "x.wav"
+    assert main(["synth", "Hi.", "-o", str(out), "--set", "cuda_graphs=true"]) == 2
+    assert "cuda_graphs does not apply to piper-vits" in capsys.readouterr().err
+    assert not out.exists()

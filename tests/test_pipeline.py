@@ -81,7 +81,8 @@ def test_bf16_runs_and_stays_close_to_fp32(voice_pipeline):
     assert bf16.audio.dtype == np.float32
     assert bf16.metrics.audio_seconds == pytest.approx(reference.metrics.audio_seconds, rel=0.05)
     assert mel_cepstral_distortion(bf16.audio, reference.audio, 22050) < 4.0
-    assert any("duration predictor kept in fp32" in note for note in bf16_pipe.fallbacks)
+    assert any("dp kept in fp32" in note and "duration predictor" in note
+               for note in bf16_pipe.fallbacks)
 
 
 def test_cuda_on_a_cpu_machine_is_a_clear_error():

@@ -36,6 +36,8 @@ class BatchSynthesizer(Protocol):
     """The slice of the pipeline a benchmark needs."""
 
     config: PipelineConfig
+    resolved: PipelineConfig
+    """The config as it really ran, after fallbacks: what a row's label shows."""
     startup: dict[str, float]
 
     def synthesize(self, text: str): ...
@@ -50,7 +52,8 @@ class BenchRow:
     `wall_s` and `audio_s` are per pass over the set (averaged over repeats); `rtf` is wall
     over audio, so below 1 is faster than real time; latencies are per request. `load_ms` and
     `warmup_ms` are the pipeline's one-time costs (warm-up includes any compile), reported
-    beside the row and never inside its timings.
+    beside the row and never inside its timings. `ms_per_step_p50` is the median over requests
+    of each request's mean decode-step time (autoregressive families; None otherwise).
     """
 
     config: str
@@ -69,6 +72,7 @@ class BenchRow:
     fallbacks: str = ""
     load_ms: float | None = None
     warmup_ms: float | None = None
+    ms_per_step_p50: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -207,9 +211,10 @@ def _ran_as(cfg: PipelineConfig, batch_size: int) -> tuple[PipelineConfig, list[
 
 def summarize(pipe, texts, batch_size, repeats, wall, latencies, results) -> BenchRow:
     """One row from timed requests: `wall` seconds over all repeats, per-request latencies."""
-    ran, notes = _ran_as(pipe.config, batch_size)
+    ran, notes = _ran_as(pipe.resolved, batch_size)
     audio = sum(r.metrics.audio_seconds for r in results)
     ttfbs = [r.metrics.ttfb_ms for r in results if r.metrics.ttfb_ms is not None]
+    steps = [r.metrics.ms_per_step for r in results if r.metrics.step_ms]
     peaks = [r.metrics.peak_memory_mb for r in results if r.metrics.peak_memory_mb is not None]
     if torch.cuda.is_available() and torch.cuda.max_memory_allocated() > 0:
         peaks.append(torch.cuda.max_memory_allocated() / 2**20)
@@ -231,6 +236,7 @@ def summarize(pipe, texts, batch_size, repeats, wall, latencies, results) -> Ben
         fallbacks="; ".join(notes),
         load_ms=pipe.startup.get("load_ms"),
         warmup_ms=pipe.startup.get("warmup_ms"),
+        ms_per_step_p50=_pct(steps, 50),
     )
 
 

@@ -1,7 +1,6 @@
 """The autoregressive engine: model, caches, weights, generation loop and decode graphs."""
 
 from lab.engine.cache import (
-    CACHE_MODES,
     DynamicKVCache,
     NoKVCache,
     SlotDynamicCache,
@@ -9,14 +8,15 @@ from lab.engine.cache import (
     make_cache,
 )
 from lab.engine.generate import GenerationResult, StepClock, generate, greedy
-from lab.engine.graphs import BUCKETS, MODES, GraphedDecoder, decode_mode
+from lab.engine.graphs import BUCKETS, MODES, GraphedDecoder
 from lab.engine.hf_baseline import hf_config, hf_generate, to_hf_model
+from lab.engine.kv_modes import KV_MODES
 from lab.engine.llm import LM, LM_SHAPES, Llama3RopeScaling, LMConfig
 from lab.engine.weights import WeightsError, load_lm
 
 __all__ = [
     "BUCKETS",
-    "CACHE_MODES",
+    "KV_MODES",
     "LM",
     "LM_SHAPES",
     "MODES",
@@ -30,7 +30,6 @@ __all__ = [
     "StaticKVCache",
     "StepClock",
     "WeightsError",
-    "decode_mode",
     "generate",
     "greedy",
     "hf_config",

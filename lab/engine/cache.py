@@ -22,9 +22,6 @@ from torch import nn
 if TYPE_CHECKING:
     from lab.engine.llm import LMConfig
 
-CACHE_MODES = ("none", "dynamic", "static")
-
-
 class StaticKVCache(nn.Module):
     """K and V as [n_layers, n_slots, n_kv_heads, max_len, head_dim] buffers, written in place."""
 
@@ -165,6 +162,7 @@ class SlotDynamicCache:
     def __init__(self, n_layers: int, n_slots: int, max_len: int) -> None:
         self.n_layers, self.n_slots, self.max_len = n_layers, n_slots, max_len
         self.kv: list[torch.Tensor | None] = [None] * n_slots  # [2, n_layers, kv, L, hd] a slot
+        self.peak_nbytes = 0
 
     def length(self, slot: int) -> int:
         return 0 if self.kv[slot] is None else self.kv[slot].shape[3]
@@ -174,7 +172,9 @@ class SlotDynamicCache:
         return sum(t.numel() * t.element_size() for t in self.kv if t is not None)
 
     def describe(self) -> str:
-        return f"dynamic, grows per step: {self.nbytes / 2**20:.2f} MiB in use now"
+        """Now and at its largest: read after a request, 'now' is what is left (usually 0)."""
+        return (f"dynamic, grows per step: {self.nbytes / 2**20:.2f} MiB in use now, "
+                f"{self.peak_nbytes / 2**20:.2f} MiB at most so far")
 
     def free(self, slot: int) -> None:
         self.kv[slot] = None
@@ -237,6 +237,7 @@ class _SlotBatch:
             fresh = new[:, :, row, :, t - self.n_new[row]:]
             old = self.cache.kv[slot]
             self.cache.kv[slot] = fresh.clone() if old is None else torch.cat((old, fresh), 3)
+        self.cache.peak_nbytes = max(self.cache.peak_nbytes, self.cache.nbytes)
 
 
 class _SlotLayer:
@@ -288,4 +289,6 @@ def make_cache(
         return StaticKVCache(
             cfg.n_layers, n_slots, max_len, cfg.n_kv_heads, cfg.head_dim, dtype, device
         )
-    raise ValueError(f"cache mode {mode!r} is not valid; choose one of {list(CACHE_MODES)}")
+    from lab.engine.kv_modes import KV_MODES
+
+    raise ValueError(f"cache mode {mode!r} is not valid; choose one of {list(KV_MODES)}")

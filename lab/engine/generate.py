@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lab.engine.cache import CACHE_MODES, StaticKVCache, make_cache
+from lab.engine.cache import StaticKVCache, make_cache
+from lab.engine.kv_modes import KV_MODES
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
 
@@ -144,8 +145,8 @@ def generate(
 
 
 def _check_prompt(prompt_ids: torch.Tensor, max_new_tokens: int, cache_mode: str):
-    if cache_mode not in CACHE_MODES:
-        raise ValueError(f"cache mode {cache_mode!r} is not valid; choose one of {CACHE_MODES}")
+    if cache_mode not in KV_MODES:
+        raise ValueError(f"cache mode {cache_mode!r} is not valid; choose one of {list(KV_MODES)}")
     if prompt_ids.dim() != 2 or prompt_ids.shape[1] < 1:
         raise ValueError(f"prompt_ids must be [B, T] with T >= 1; got {tuple(prompt_ids.shape)}")
     if max_new_tokens < 1:

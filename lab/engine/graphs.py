@@ -23,24 +23,11 @@ import torch
 
 from lab.engine.cache import StaticKVCache
 from lab.engine.llm import call_block, call_head
+from lab.quant.compile import COMPILED_MODES, inductor_mode
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_MODES = COMPILED_MODES
 MODES = ("eager", "cuda-graph", *COMPILE_MODES)
-_INDUCTOR_MODE = {
-    "default": "default",
-    "reduce-overhead": "default",
-    "max-autotune": "max-autotune-no-cudagraphs",
-    "max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs",
-}
-
-
-def decode_mode(compile_mode: str, cuda_graphs: bool) -> str:
-    """The mode for a pipeline config's `compile` and `cuda_graphs` fields (compiled steps are
-    always captured on a GPU)."""
-    if compile_mode == "none":
-        return "cuda-graph" if cuda_graphs else "eager"
-    return compile_mode
 
 
 class GraphedDecoder:
@@ -93,7 +80,7 @@ class GraphedDecoder:
         if self.mode not in COMPILE_MODES:
             return lambda tokens, positions: model(tokens, positions, cache)
         _allow_recompiles(4 * len(self.buckets) + 16)
-        options = dict(mode=_INDUCTOR_MODE[self.mode], fullgraph=True, dynamic=False)
+        options = dict(mode=inductor_mode(self.mode), fullgraph=True, dynamic=False)
         block, head = torch.compile(call_block, **options), torch.compile(call_head, **options)
         return lambda tokens, positions: model(
             tokens, positions, cache, block_fn=block, head_fn=head

@@ -9,8 +9,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from piper_phonemize import phonemize_espeak
-
 BOS, PAD, EOS = "^", "_", "$"
 
 _ESPEAK_LOCK = threading.Lock()
@@ -22,8 +20,12 @@ LETTER_CHAIN = re.compile(rf"(?:{LETTER_DOT}){{8,}}")
 def _espeak(text: str, voice: str) -> tuple[str, ...]:
     """Cached because benchmarks and the app send the same sentences again and again.
 
-    espeak-ng keeps global state, so calls from the app's worker threads are serialised.
+    espeak-ng keeps global state, so calls from the app's worker threads are serialised. It is
+    imported here, not at module load: only the voice reads phonemes, and families that read
+    words (Orpheus) run where espeak-ng has no build.
     """
+    from piper_phonemize import phonemize_espeak
+
     with _ESPEAK_LOCK:
         try:
             clauses = phonemize_espeak(text, voice)

@@ -100,7 +100,11 @@ def profile_call(
     dev = resolve_device(device)
     on_gpu = dev.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with profile(activities=activities, record_shapes=record_shapes) as prof:
+    # A pipeline runs its requests on its own worker thread, so the profiler must follow
+    # every thread, not only the caller's.
+    every_thread = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    with profile(activities=activities, record_shapes=record_shapes,
+                 experimental_config=every_thread) as prof:
         start = time.perf_counter()
         value = fn()
         if on_gpu:

@@ -9,8 +9,9 @@ names appear in a torch.profiler trace.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -42,6 +43,11 @@ class StageTimer:
             yield
             self._events.append((name, start, self._mark()))
 
+    def intervals(self, name: str) -> list[float]:
+        """Milliseconds of each occurrence of one stage, in order (a per-step curve)."""
+        self._sync()
+        return [self._elapsed_ms(start, end) for n, start, end in self._events if n == name]
+
     def mark(self, name: str) -> None:
         """Remember a point in time, such as the moment the first audio is ready."""
         self._marks[name] = self._mark()
@@ -63,3 +69,36 @@ class StageTimer:
         end = self._marks[mark] if mark is not None else self._mark()
         self._sync()
         return self._elapsed_ms(self._origin, end)
+
+
+@contextmanager
+def shared_stage(timers: Sequence[StageTimer], name: str) -> Iterator[None]:
+    """Time one block of work done for several requests at once (a batched decode step) and
+    charge the whole of it to each: every request waited for all of it."""
+    if not timers:
+        yield
+        return
+    clock = timers[0]
+    with torch.profiler.record_function(name):
+        start = clock._mark()
+        yield
+        end = clock._mark()
+    for timer in timers:
+        timer._events.append((name, start, end))
+
+
+STEP_STAGE = "lm_step"
+"""The stage name of one autoregressive decode step; its intervals are the per-step curve."""
+
+
+@dataclass
+class RequestMeter:
+    """What one request cost, carried with the request rather than stored on a shared model:
+    its own stage timer and the tokens generated for it."""
+
+    timer: StageTimer
+    tokens: int = 0
+
+    @property
+    def step_ms(self) -> list[float]:
+        return self.timer.intervals(STEP_STAGE)

@@ -1,4 +1,4 @@
-"""Runs the Piper VITS voice for the pipeline: batched one-shot synthesis and windowed streaming.
+"""The Piper VITS voice for the pipeline: batched one-shot synthesis and windowed streaming.
 
 Sentences are the unit of work. Each sentence draws its noise from a generator seeded by
 (config seed, sentence position), so a sentence sounds the same whether it is synthesized alone
@@ -15,10 +15,34 @@ import torch
 
 from lab.config import PipelineConfig
 from lab.frontend import prepare
-from lab.metrics.timers import StageTimer
+from lab.metrics.timers import RequestMeter, StageTimer
+from lab.models.backend import Family
 from lab.models.piper_voice import PiperVoice, load_voice
-from lab.models.voice_setup import prepare_model
+from lab.quant.plan import PrecisionPlan, apply_knobs
 from lab.stream import Crossfader, plan_windows
+
+NOT_AUTOREGRESSIVE = ("it is not autoregressive: it renders a sentence's frames in one pass, "
+                      "so there is no KV cache, token sampling or request scheduling")
+PIPER_FAMILY = Family(
+    "piper-vits", "Piper VITS voice (non-autoregressive) with a HiFi-GAN vocoder",
+    autoregressive=False,
+    quantization=(
+        "int8-weight, int8-dynamic, int4-weight and fp8 act on linear layers only; this "
+        "voice is convolutions, so every mode falls back to unquantized weights in the "
+        "chosen precision today (the run's fallback notes say so)"),
+    unsupported={
+        **dict.fromkeys(("kv_cache", "continuous_batching", "sampling"), NOT_AUTOREGRESSIVE),
+        "cuda_graphs": "CUDA graphs need fixed shapes, and the voice's durations vary per text",
+        "voice": "the embedded voice has a single speaker",
+        "weights": "the embedded voice ships with its real weights only",
+    })
+# The duration predictor is an fp32 island: half precision is fine for the encoder, flow and
+# vocoder, but the predictor is a tiny share of the work and its spline inverse breaks down in
+# bf16. The vocoder is compiled: it dominates synthesis time.
+PIPER_PLAN = PrecisionPlan(
+    fp32_islands={"dp": "it is the duration predictor, whose spline inverse breaks down in "
+                        "half precision (a sentence can collapse to one frame)"},
+    compile=("dec",))
 
 
 @dataclass(frozen=True)
@@ -37,6 +61,10 @@ def scales_for(config: PipelineConfig, voice: PiperVoice) -> NoiseScales:
 
 
 class PiperBackend:
+    """Meets `lab.models.backend.Backend` for the Piper voice."""
+
+    family = PIPER_FAMILY
+
     def __init__(self, voice: PiperVoice, config: PipelineConfig, device: torch.device) -> None:
         self.voice = voice
         self.model = voice.model
@@ -46,12 +74,23 @@ class PiperBackend:
         self.sample_rate = voice.settings.sample_rate
         self.hop = self.model.hop_length
         self.channels = self.model.hyper.channels
-        self.fallbacks = prepare_model(self.model, config, device)
-        self.tokens = None
+        self.precision = apply_knobs(self.model, PIPER_PLAN, dtype=config.dtype,
+                                     quant=config.quant, compile_mode=config.compile,
+                                     device=device)
 
     @classmethod
     def load(cls, config: PipelineConfig, device: torch.device) -> PiperBackend:
         return cls(load_voice(config.model), config, device)
+
+    def fallbacks(self) -> list[str]:
+        return list(self.precision.notes)
+
+    def memory_facts(self) -> dict[str, str]:
+        return {}
+
+    def applied(self) -> dict[str, object]:
+        p = self.precision
+        return {"dtype": p.dtype, "quant": p.quant, "compile": p.compile}
 
     def _noise(self, seeds: list[int], shape: tuple[int, ...], lengths: list[int],
                scale: float) -> torch.Tensor:
@@ -91,19 +130,21 @@ class PiperBackend:
         batched), so compilation and first-call set-up happen before any request."""
         for text in texts:
             ids = self.prepare(text)[0][0]
+            meter = RequestMeter(StageTimer(self.device))
             if self.config.stream:
-                for _ in self.stream(ids, 0, StageTimer(self.device)):
+                for _ in self.stream(ids, 0, meter):
                     pass
             else:
-                self.synthesize([ids], [0], StageTimer(self.device))
+                self.synthesize([ids], [0], meter)
 
     def synthesize(self, ids: list[list[int]], seeds: list[int],
-                   timer: StageTimer) -> list[np.ndarray]:
+                   meter: RequestMeter) -> list[np.ndarray]:
         """One-shot synthesis in padded batches of `batch_size` sentences."""
         size = self.config.batch_size
         out: list[np.ndarray] = []
         for start in range(0, len(ids), size):
-            out += self._batch(ids[start : start + size], seeds[start : start + size], timer)
+            out += self._batch(ids[start : start + size], seeds[start : start + size],
+                               meter.timer)
         return out
 
     def _batch(self, ids: list[list[int]], seeds: list[int],
@@ -117,8 +158,9 @@ class PiperBackend:
         lengths = (latents.lengths * self.hop).tolist()
         return [audio[row, :n] for row, n in enumerate(lengths)]
 
-    def stream(self, ids: list[int], seed: int, timer: StageTimer) -> Iterator[np.ndarray]:
+    def stream(self, ids: list[int], seed: int, meter: RequestMeter) -> Iterator[np.ndarray]:
         """One sentence, vocoded in fixed windows; yields final audio as soon as it exists."""
+        timer = meter.timer
         latents = self.latents([ids], [seed], timer)
         n_frames = int(latents.lengths[0])
         fade = round(self.config.crossfade_ms * self.sample_rate / 1000)

@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lab.quant.compile import compile_note, compiled
+
 SNAC_24KHZ = {
     "sampling_rate": 24000, "encoder_dim": 48, "encoder_rates": [2, 4, 8, 8],
     "decoder_dim": 1024, "decoder_rates": [8, 8, 4, 2], "attn_window_size": None,
@@ -115,15 +117,12 @@ class SnacCodec:
         self.frame_samples = int(model.hop_length) * int(model.vq_strides[0])
         self.codebook_size = int(model.codebook_size)
         self.fallbacks: list[str] = []
-        self._decode = self._eager
-        if compile_mode != "none":
-            options = {} if compile_mode == "default" else {"mode": compile_mode}
-            # Dynamic from the start: the batch (streams due) and the window length vary, and
-            # each specialisation would otherwise compile again mid-run.
-            self._decode = torch.compile(self._eager, dynamic=True, **options)
-            self.compile_mode = compile_mode
-        else:
-            self.compile_mode = "none"
+        # Dynamic from the start: the batch (streams due) and the window length vary, and
+        # each specialisation would otherwise compile again mid-run.
+        self._decode = compiled(self._eager, compile_mode, dynamic=True)
+        self.compile_mode = compile_mode
+        if note := compile_note(compile_mode, "the SNAC codec"):
+            self.fallbacks.append(note)
 
     @classmethod
     def from_source(cls, source: str, **kwargs) -> SnacCodec:
@@ -153,7 +152,7 @@ class SnacCodec:
         try:
             audio = self._decode(levels)
         except Exception as err:  # a compiler failure must not cost the audio: decode eagerly
-            if self._decode is self._eager:
+            if self._decode == self._eager:
                 raise
             self.fallbacks.append(f"SNAC torch.compile({self.compile_mode}) failed "
                                   f"({type(err).__name__}: {err}); decoding eagerly")

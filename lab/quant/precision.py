@@ -1,14 +1,21 @@
-"""Weight precision: cast to fp32/fp16/bf16, then optionally quantize linears with torchao.
+"""Weight precision: the dtype table, and quant modes registered torchao style.
 
 Decode at small batch streams every weight once per token, so bytes per weight set the floor
-on step time; this module makes that trade one call, `apply_precision`, and reports what it
-really applied. Each quant mode needs hardware and shapes that fit its kernel; when they do not,
-it steps down a fallback chain and records why, instead of silently running something else.
+on step time. Each quant mode needs hardware and shapes that fit its kernel; when they do not,
+it steps down its fallback chain and records why, instead of silently running something else.
+
+A mode is one `QuantMode` in `QUANT_MODES`: its torchao config, where it can run, which linears
+its kernel takes, and the mode to try next. `quantize_linears` walks a chain without naming any
+mode, so a new mode is one `register(...)` call. Families reach this through
+`lab.quant.plan.apply_knobs`; `apply_precision` is the plain whole-model call that benchmarks
+and tests use on the LM.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -16,14 +23,6 @@ from torch import nn
 from lab.quant import ao
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-QUANTS = ("none", "int8-weight", "int8-dynamic", "int4-weight", "fp8")
-FALLBACK_CHAIN = {
-    "fp8": ("fp8", "int8-dynamic", "int8-weight", "none"),
-    "int4-weight": ("int4-weight", "int8-weight", "none"),
-    "int8-dynamic": ("int8-dynamic", "int8-weight", "none"),
-    "int8-weight": ("int8-weight", "none"),
-    "none": ("none",),
-}
 INT4_GROUP = 128
 
 
@@ -31,8 +30,215 @@ class PrecisionError(ValueError):
     """An unknown dtype or quant name."""
 
 
+def _torchao_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    try:
+        ao.load()
+    except ImportError as err:
+        return f"torchao is not importable ({err})"
+    return None
+
+
+def _runs_anywhere(device: torch.device, dtype: torch.dtype) -> str | None:
+    return None
+
+
+def _int4_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    if reason := _torchao_reason(device, dtype):
+        return reason
+    if device.type != "cuda":
+        return "int4 weight-only uses the tinygemm CUDA kernel; no CUDA device"
+    if dtype != torch.bfloat16:
+        return f"int4 weight-only (tinygemm) needs bf16 activations; model dtype is {dtype}"
+    return None
+
+
+def _fp8_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    if reason := _torchao_reason(device, dtype):
+        return reason
+    if device.type != "cuda":
+        return "fp8 matmuls need a CUDA GPU of compute capability 8.9+; no CUDA device"
+    cap = torch.cuda.get_device_capability(device)
+    if cap < (8, 9):
+        return f"fp8 matmuls need compute capability 8.9+; this GPU is sm_{cap[0]}{cap[1]}"
+    if dtype != torch.bfloat16:
+        return f"fp8 rowwise scaling needs bf16 weights; model dtype is {dtype}"
+    return None
+
+
+def _any_shape(linear: nn.Linear) -> bool:
+    return True
+
+
+def _sides(k_step: int, n_step: int) -> Callable[[nn.Linear], bool]:
+    """A shape rule: input features a multiple of `k_step`, output features of `n_step`."""
+    return lambda linear: linear.in_features % k_step == 0 and linear.out_features % n_step == 0
+
+
+@dataclass(frozen=True)
+class QuantMode:
+    """One quant choice: how to build its torchao config (from `torchao.quantization`; None
+    leaves weights in the float dtype), why it cannot run on a device and dtype (None if it
+    can), which linears its kernel takes (the others stay float), and what to try instead."""
+
+    name: str
+    config: Callable[[ModuleType], object] | None = None
+    fallback: str | None = None
+    unavailable: Callable[[torch.device, torch.dtype], str | None] = _torchao_reason
+    fits: Callable[[nn.Linear], bool] = _any_shape
+
+
+QUANT_MODES: dict[str, QuantMode] = {}
+
+
+def register(mode: QuantMode) -> QuantMode:
+    """Add a mode. Its fallback must be registered already, and every chain ends in the one
+    float mode, so a walk down any chain terminates in something that runs."""
+    if (mode.fallback is None) != (mode.config is None):
+        raise ValueError(f"{mode.name}: only the float mode may end a chain, and it must")
+    if mode.fallback is not None and mode.fallback not in QUANT_MODES:
+        raise ValueError(f"{mode.name}: fallback {mode.fallback!r} is not registered")
+    QUANT_MODES[mode.name] = mode
+    return mode
+
+
+register(QuantMode("none", unavailable=_runs_anywhere))
+register(QuantMode("int8-weight", lambda q: q.Int8WeightOnlyConfig(), fallback="none"))
+# int8-dynamic compiles to torch._int_mm, which needs both matrix sides in multiples of 8:
+# Orpheus's 156,940-row output head failed compilation on an H100 and fell back to eager.
+register(QuantMode("int8-dynamic", lambda q: q.Int8DynamicActivationInt8WeightConfig(),
+                   fallback="int8-weight", fits=_sides(8, 8)))
+register(QuantMode("int4-weight", lambda q: q.Int4WeightOnlyConfig(
+    group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d"),
+    fallback="int8-weight", unavailable=_int4_reason, fits=_sides(INT4_GROUP, 8)))
+register(QuantMode("fp8", lambda q: q.Float8DynamicActivationFloat8WeightConfig(
+    granularity=q.PerRow()), fallback="int8-dynamic", unavailable=_fp8_reason, fits=_sides(16, 16)))
+QUANTS = tuple(QUANT_MODES)
+
+
+def dtype_of(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise PrecisionError(f"dtype {name!r} is not valid; choose one of {list(DTYPES)}")
+    return DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return next((name for name, value in DTYPES.items() if value == dtype), str(dtype))
+
+
+def quant_mode(name: str) -> QuantMode:
+    if name not in QUANT_MODES:
+        raise PrecisionError(f"quant {name!r} is not valid; choose one of {list(QUANTS)}")
+    return QUANT_MODES[name]
+
+
+def chain(quant: str) -> list[QuantMode]:
+    """The modes tried for `quant`, in order, ending with the float mode."""
+    modes = [quant_mode(quant)]
+    while modes[-1].fallback is not None:
+        modes.append(QUANT_MODES[modes[-1].fallback])
+    return modes
+
+
+def unsupported_reason(quant: str, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why `quant` cannot run on this device and dtype, or None if it should."""
+    return quant_mode(quant).unavailable(torch.device(device), dtype)
+
+
+def is_quantized(t: torch.Tensor) -> bool:
+    """Whether `t` is a torchao tensor subclass (quantized data plus scales) rather than a
+    plain tensor or parameter."""
+    return type(t) not in (torch.Tensor, nn.Parameter) and hasattr(t, "__tensor_flatten__")
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Storage of a tensor, looking inside torchao subclasses (int data + scales + zeros)."""
+    if not is_quantized(t):
+        return t.numel() * t.element_size()
+    names, _ = t.__tensor_flatten__()
+    return sum(tensor_bytes(getattr(t, n)) for n in names if getattr(t, n) is not None)
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes held by the model's parameters (tied weights counted once)."""
+    return sum(tensor_bytes(p) for p in model.parameters())
+
+
+@dataclass
+class Quantized:
+    """What `quantize_linears` did: the mode applied, why the modes before it in the chain
+    were not, the linears its kernel could not take, and those really quantized."""
+
+    applied: str
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    quantized: list[str] = field(default_factory=list)
+
+
+def _probe(mode: QuantMode, dtype: torch.dtype, device: torch.device) -> None:
+    """Quantize and run one small linear at decode (1 row) and prefill (17 rows) sizes, so a
+    kernel that cannot run here fails now, not halfway through the model."""
+    probe = nn.Sequential(nn.Linear(256, 256, bias=False)).to(device=device, dtype=dtype)
+    q = ao.quantization()
+    q.quantize_(probe, mode.config(q))
+    with torch.inference_mode():
+        for rows in (1, 17):
+            y = probe(torch.randn(rows, 256, device=device, dtype=dtype))
+            if not torch.isfinite(y).all():
+                raise RuntimeError(f"probe output for {rows} row(s) is not finite")
+
+
+def _try(mode: QuantMode, model: nn.Module, linears: dict[str, nn.Linear], dtype, device,
+         done: Quantized) -> str | None:
+    """Quantize the linears that fit `mode`, recording them in `done`; or say why not."""
+    fitting = {fqn for fqn, linear in linears.items() if mode.fits(linear)}
+    if not fitting:
+        return "no linear layer has a shape its kernel accepts"
+    try:
+        _probe(mode, dtype, device)
+    except Exception as err:
+        return f"probe failed ({type(err).__name__}: {err})"
+    q = ao.quantization()
+    q.quantize_(model, mode.config(q), filter_fn=lambda module, fqn: fqn in fitting)
+    done.quantized = [fqn for fqn in linears if is_quantized(model.get_submodule(fqn).weight)]
+    if not done.quantized:
+        return "torchao left every linear layer in float"
+    done.skipped = [f"{fqn} [{m.out_features}x{m.in_features}] kept unquantized"
+                    for fqn, m in linears.items() if fqn not in fitting]
+    return None
+
+
+def quantize_linears(
+    model: nn.Module,
+    quant: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    select: Callable[[str], bool] = lambda fqn: True,
+) -> Quantized:
+    """Quantize, in place and in the dtype they already have, the nn.Linear layers whose
+    names `select` accepts, with the first mode of `quant`'s chain that runs here."""
+    *tries, float_mode = chain(quant)
+    done = Quantized(float_mode.name)
+    linears = {fqn: m for fqn, m in model.named_modules()
+               if isinstance(m, nn.Linear) and select(fqn)}
+    if tries and not linears:
+        done.notes.append(f"requested {quant}, applied {done.applied} ({dtype_name(dtype)}): "
+                          "there is no linear layer to quantize")
+        return done
+    for mode in tries:
+        reason = mode.unavailable(device, dtype) or _try(mode, model, linears, dtype, device, done)
+        if reason is None:
+            done.applied = mode.name
+            break
+        done.notes.append(f"{mode.name} unavailable: {reason}")
+    if done.applied != quant:
+        done.notes.append(f"requested {quant}, applied {done.applied} ({dtype_name(dtype)})")
+    return done
+
+
 @dataclass
 class PrecisionResult:
+    """What `apply_precision` applied; `fallbacks` holds every reason a mode was passed over."""
+
     applied: str
     fallbacks: list[str] = field(default_factory=list)
     weight_bytes: int = 0
@@ -49,152 +255,27 @@ class PrecisionResult:
         }
 
 
-def tensor_bytes(t: torch.Tensor) -> int:
-    """Storage of a tensor, looking inside torchao subclasses (int data + scales + zeros)."""
-    if type(t) in (torch.Tensor, nn.Parameter) or not hasattr(t, "__tensor_flatten__"):
-        return t.numel() * t.element_size()
-    names, _ = t.__tensor_flatten__()
-    return sum(tensor_bytes(getattr(t, n)) for n in names if getattr(t, n) is not None)
-
-
-def weight_bytes(model: nn.Module) -> int:
-    """Bytes held by the model's parameters (tied weights counted once)."""
-    return sum(tensor_bytes(p) for p in model.parameters())
-
-
-def unsupported_reason(quant: str, device: torch.device, dtype: torch.dtype) -> str | None:
-    """Why `quant` cannot run on this device and dtype, or None if it should."""
-    if quant in ("none", "int8-weight"):
-        return None
-    try:
-        ao.load()
-    except ImportError as err:
-        return f"torchao is not importable ({err})"
-    cuda = device.type == "cuda"
-    if quant == "int8-dynamic":
-        return None
-    if quant == "int4-weight":
-        if not cuda:
-            return "int4 weight-only uses the tinygemm CUDA kernel; no CUDA device"
-        if dtype != torch.bfloat16:
-            return f"int4 weight-only (tinygemm) needs bf16 activations; model dtype is {dtype}"
-        return None
-    if quant == "fp8":
-        if not cuda:
-            return "fp8 matmuls need a CUDA GPU of compute capability 8.9+; no CUDA device"
-        cap = torch.cuda.get_device_capability(device)
-        if cap < (8, 9):
-            return f"fp8 matmuls need compute capability 8.9+; this GPU is sm_{cap[0]}{cap[1]}"
-        if dtype != torch.bfloat16:
-            return f"fp8 rowwise scaling needs bf16 weights; model dtype is {dtype}"
-        return None
-    raise PrecisionError(f"quant {quant!r} is not valid; choose one of {list(QUANTS)}")
-
-
-def quant_config(quant: str):
-    """The torchao config object for a quant mode."""
-    q = ao.quantization()
-    if quant == "int8-weight":
-        return q.Int8WeightOnlyConfig()
-    if quant == "int8-dynamic":
-        return q.Int8DynamicActivationInt8WeightConfig()
-    if quant == "int4-weight":
-        return q.Int4WeightOnlyConfig(group_size=INT4_GROUP,
-                                      int4_packing_format="tile_packed_to_4d")
-    if quant == "fp8":
-        return q.Float8DynamicActivationFloat8WeightConfig(granularity=q.PerRow())
-    raise PrecisionError(f"quant {quant!r} has no torchao config")
-
-
-def shape_fits(quant: str, linear: nn.Linear) -> bool:
-    """Whether a linear's shape suits the mode's kernel (others stay in the float dtype).
-
-    int8-dynamic compiles to torch._int_mm, which needs both matrix sides in multiples of 8:
-    Orpheus's 156,940-row output head failed compilation on an H100 and fell back to eager.
-    """
-    n, k = linear.out_features, linear.in_features
-    if quant == "int4-weight":
-        return k % INT4_GROUP == 0 and n % 8 == 0
-    if quant == "fp8":
-        return k % 16 == 0 and n % 16 == 0
-    if quant == "int8-dynamic":
-        return k % 8 == 0 and n % 8 == 0
-    return True
-
-
-def _probe(quant: str, dtype: torch.dtype, device: torch.device) -> None:
-    """Quantize and run one small linear at decode (1 row) and prefill (17 rows) sizes, so a
-    kernel that cannot run here fails now, not halfway through the model."""
-    probe = nn.Sequential(nn.Linear(256, 256, bias=False)).to(device=device, dtype=dtype)
-    ao.quantization().quantize_(probe, quant_config(quant))
-    with torch.inference_mode():
-        for rows in (1, 17):
-            y = probe(torch.randn(rows, 256, device=device, dtype=dtype))
-            if not torch.isfinite(y).all():
-                raise RuntimeError(f"probe output for {rows} row(s) is not finite")
-
-
-def _quantize(model: nn.Module, quant: str, skipped: list[str]) -> int:
-    def fits(module: nn.Module, fqn: str) -> bool:
-        if not isinstance(module, nn.Linear):
-            return False
-        if shape_fits(quant, module):
-            return True
-        skipped.append(f"{fqn} [{module.out_features}x{module.in_features}] kept unquantized")
-        return False
-
-    n_fit = sum(isinstance(m, nn.Linear) and shape_fits(quant, m) for m in model.modules())
-    if n_fit:
-        ao.quantization().quantize_(model, quant_config(quant), filter_fn=fits)
-    return n_fit
-
-
 def apply_precision(
     model: nn.Module,
     dtype: str = "bf16",
     quant: str = "none",
     device: torch.device | str | None = None,
+    *,
+    after_cast: Callable[[nn.Module], None] | None = None,
 ) -> PrecisionResult:
-    """Cast `model` to `dtype` on `device`, then quantize its linears with `quant` in place.
+    """Cast the whole `model` to `dtype` on `device`, run `after_cast` (a model whose derived
+    tensors a cast spoils rebuilds them there), then quantize its linears with `quant`.
 
-    If `quant` cannot run here, the next mode in its fallback chain is tried and the reason is
-    recorded (e.g. fp8 -> int8-dynamic -> int8-weight -> none).
+    If `quant` cannot run here, the next mode in its chain is tried and the reason is recorded
+    (e.g. fp8 -> int8-dynamic -> int8-weight -> none). Names are checked before the model is
+    touched.
     """
-    if dtype not in DTYPES:
-        raise PrecisionError(f"dtype {dtype!r} is not valid; choose one of {list(DTYPES)}")
-    if quant not in QUANTS:
-        raise PrecisionError(f"quant {quant!r} is not valid; choose one of {list(QUANTS)}")
-    torch_dtype = DTYPES[dtype]
-    if device is None:
-        device = next(model.parameters()).device
-    device = torch.device(device)
+    torch_dtype = dtype_of(dtype)
+    quant_mode(quant)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device=device, dtype=torch_dtype)
-    if hasattr(model, "reset_rope"):
-        model.reset_rope()
-    if hasattr(model, "tie_weights"):
-        model.tie_weights()
-    result = PrecisionResult(applied="none", dtype=dtype)
-    for mode in FALLBACK_CHAIN[quant]:
-        if mode == "none":
-            break
-        reason = unsupported_reason(mode, device, torch_dtype)
-        if reason is None:
-            reason = _try_quantize(model, mode, torch_dtype, device, result.skipped)
-        if reason is None:
-            result.applied = mode
-            break
-        result.fallbacks.append(f"{mode} unavailable: {reason}")
-    if result.applied != quant:
-        result.fallbacks.append(f"requested {quant}, applied {result.applied} ({dtype})")
-    result.weight_bytes = weight_bytes(model)
-    return result
-
-
-def _try_quantize(model, mode, dtype, device, skipped: list[str]) -> str | None:
-    try:
-        _probe(mode, dtype, device)
-    except Exception as err:
-        return f"probe failed ({type(err).__name__}: {err})"
-    if _quantize(model, mode, skipped) == 0:
-        return "no linear layer has a shape its kernel accepts"
-    return None
+    if after_cast is not None:
+        after_cast(model)
+    done = quantize_linears(model, quant, torch_dtype, device)
+    return PrecisionResult(applied=done.applied, fallbacks=done.notes, dtype=dtype,
+                           weight_bytes=weight_bytes(model), skipped=done.skipped)

@@ -20,8 +20,8 @@ from lab.config import LIMITS, PipelineConfig, to_dict
 from lab.listening import BlindTrial, Contender, new_session_id, new_trial
 from lab.quality import compare, evaluate
 from lab.ui import charts
+from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, pcm16, resolve_config
 from lab.ui.knobs import Panel, build_panel
-from lab.ui.synth_tab import EXAMPLE_TEXT, PLAIN, PROGRESS, pcm16, resolve_config
 
 if TYPE_CHECKING:
     from lab.ui.blocks import LabContext

@@ -21,8 +21,8 @@ from lab.bench.sweep import INPUT_LENGTH, Sweep, runner_measure
 from lab.config import to_dict
 from lab.frontend import list_sentence_sets, sentence_set
 from lab.ui import charts
+from lab.ui.common import PROGRESS, resolve_config
 from lab.ui.knobs import build_panel
-from lab.ui.synth_tab import PROGRESS, resolve_config
 
 if TYPE_CHECKING:
     from lab.config import PipelineConfig

@@ -1,4 +1,5 @@
-"""Plotly figures for the app: stage timings, sweeps, win rates, live telemetry, profiles.
+"""Plotly figures for the app: stage timings, decode steps, sweeps, win rates, live telemetry,
+profiles.
 
 Figures are built from plain rows and dicts so that the notebooks can draw the same charts
 from the same lab results, and a chart never needs a model loaded to be rendered.
@@ -7,6 +8,7 @@ from the same lab results, and a chart never needs a model loaded to be rendered
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -48,6 +50,39 @@ def stage_timings(stages: dict[str, float], title: str = "Time per stage") -> go
         textposition="auto", marker_color="#4c78a8",
     ))
     return _layout(fig, title, xaxis_title="milliseconds")
+
+
+def _moving_median(values: Sequence[float], window: int) -> list[float]:
+    """Median of each value and the `window - 1` before it (fewer at the start): a step
+    delayed by another thread should not bend the trend."""
+    return [statistics.median(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
+
+
+def step_times(step_ms: Sequence[float], title: str = "Time per decode step",
+               blank: str = "no decode steps recorded") -> go.Figure:
+    """Each decode step's time over the utterance, with a moving median through the noise.
+
+    Without a KV cache every step recomputes the whole prefix, so the trend climbs with the
+    utterance; with one it stays flat. The y axis stops at twice the trend's peak, so a few
+    stalled steps cannot flatten the curve; how many were cut is written under the title.
+    `blank` says why a chart has no steps to show.
+    """
+    if not step_ms:
+        return empty(title, blank)
+    steps = list(range(len(step_ms)))
+    window = max(3, len(step_ms) // 20)
+    trend = _moving_median(step_ms, window)
+    cap = 2 * max(trend)
+    cut = sum(v > cap for v in step_ms)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=steps, y=list(step_ms), mode="lines", name="each step",
+                             line=dict(color="#9ecae9", width=1)))
+    fig.add_trace(go.Scatter(x=steps, y=trend, mode="lines", name=f"median of {window} steps",
+                             line=dict(color="#4c78a8", width=2.5)))
+    if cut:
+        title = f"{title}<br><sup>{cut} step(s) above {cap:.0f} ms are off the chart</sup>"
+    return _layout(fig, title, xaxis_title="decode step", yaxis_title="ms",
+                   yaxis_range=[0, cap])
 
 
 def _xy(rows: Sequence[dict], x: str, y: str) -> tuple[list, list]:

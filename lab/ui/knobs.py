@@ -1,10 +1,10 @@
 """The knob panel: Gradio widgets that stand for a PipelineConfig, and back again.
 
 Every tab that runs a pipeline (synthesize, A/B, benchmark, profile) shows the same panel,
-so one mapping between widgets and config fields lives here. Which knobs a family honours
-comes from `lab.models.families`: KV cache, continuous batching and sampling belong to the
-autoregressive engine, and a VITS voice renders every frame in one pass, so asking for them
-there is a mistake the user should hear about rather than a setting silently ignored.
+so one mapping between widgets and config fields lives here. Which knobs act is read from the
+selected family's declaration (`lab.models.backend.Family`), never from a family name: a knob
+the family cannot honour is greyed out with the family's reason, the same sentence the CLI
+prints when a preset or `--set` asks for it, so a setting is never silently ignored.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from lab.config import (
     load_preset,
     to_dict,
 )
-from lab.models.families import family as family_info
+from lab.models.backend import Family
+from lab.models.registry import family as family_info
 
 KNOB_FIELDS = (
     "family",
@@ -45,6 +46,8 @@ KNOB_FIELDS = (
     "top_p",
 )
 SAMPLING_FIELDS = ("temperature", "top_p")
+# Every widget but the family picker: each one's state follows the selected family.
+GOVERNED = tuple(n for n in KNOB_FIELDS if n != "family")
 LABELS = {
     "family": "Model family",
     "weights": "Weights",
@@ -58,8 +61,11 @@ LABELS = {
     "crossfade_ms": "Crossfade (ms)",
     "seed": "Sampling seed",
     "kv_cache": "KV cache",
+    "continuous_batching": "Continuous batching",
+    "cuda_graphs": "CUDA graphs (decode step)",
     "temperature": "Temperature",
     "top_p": "Top-p",
+    "sampling": "Sampling (temperature, top-p)",
 }
 STEPS = {"batch_size": 1, "decode_interval": 1, "overlap": 1, "crossfade_ms": 0.5,
          "temperature": 0.05, "top_p": 0.01}
@@ -69,11 +75,7 @@ class KnobError(ValueError):
     """The knobs ask for something this family or this machine cannot do."""
 
 
-DUMMY_WARNING = (
-    "## ⚠️ DUMMY WEIGHTS: THIS WILL SOUND LIKE NOISE\n"
-    "The orpheus family is running with randomly initialised weights. Timings are real; "
-    "the audio is not speech. Point `model` at local Orpheus weights for real output."
-)
+DUMMY_HEADING = "## ⚠️ DUMMY WEIGHTS: THIS WILL SOUND LIKE NOISE"
 
 
 def _defaults() -> dict:
@@ -99,11 +101,16 @@ def _typed(name: str, value: object) -> object:
     return value
 
 
+def config_knob(name: str) -> str:
+    """The config knob a widget sets: both sampling sliders set `sampling`."""
+    return "sampling" if name in SAMPLING_FIELDS else name
+
+
 def config_from_knobs(base: PipelineConfig, values: list | tuple) -> PipelineConfig:
     """`base` (a preset) with the widget values applied, validated like a preset.
 
-    Raises KnobError for a value the config rejects, or for an autoregressive-only knob
-    moved away from its default on a family that has no autoregressive engine.
+    Raises KnobError for a value the config rejects, or for a knob the family declares it
+    cannot honour moved away from its default.
     """
     if len(values) != len(KNOB_FIELDS):
         raise KnobError(f"expected {len(KNOB_FIELDS)} knob values, got {len(values)}")
@@ -119,13 +126,11 @@ def config_from_knobs(base: PipelineConfig, values: list | tuple) -> PipelineCon
 
 def _check_family(knobs: dict) -> None:
     defaults = _defaults()
-    changed = {n for n in KNOB_FIELDS if knobs[n] != defaults[n]}
-    changed = {"sampling" if n in SAMPLING_FIELDS else n for n in changed}
-    problems = family_info(knobs["family"]).unsupported(changed)
+    changed = {config_knob(n) for n in KNOB_FIELDS if knobs[n] != defaults[n]}
+    problems = family_info(knobs["family"]).refusals(changed)
     if problems:
-        raise KnobError(
-            "; ".join(problems) + ". Reset these knobs or choose an autoregressive family."
-        )
+        raise KnobError("; ".join(problems) + ". Reset these knobs or choose a family that "
+                        "supports them.")
 
 
 def check_machine(cfg: PipelineConfig, cuda_available: bool) -> None:
@@ -134,25 +139,56 @@ def check_machine(cfg: PipelineConfig, cuda_available: bool) -> None:
         raise KnobError("device=cuda asked for, but there is no CUDA GPU here; use auto or cpu")
 
 
+def _knob_name(knob: str) -> str:
+    return LABELS.get(knob, f"`{knob}`")
+
+
+def _unsupported_lines(fam: Family) -> list[str]:
+    """One bullet per declared reason, naming every knob that reason covers."""
+    by_reason: dict[str, list[str]] = {}
+    for knob, reason in fam.unsupported.items():
+        by_reason.setdefault(reason, []).append(_knob_name(knob))
+    return [f"- **{', '.join(names)}**: {reason}." for reason, names in by_reason.items()]
+
+
 def family_note(name: str, weights: str) -> str:
-    """Markdown under the panel: what the family honours, and the dummy-weights alarm."""
+    """Markdown under the panel: what the family ignores and why, and the dummy-weights alarm."""
     fam = family_info(name)
-    if fam.autoregressive:
-        note = (f"**{fam.name}**: {fam.description}. Every knob applies, including KV cache, "
-                "continuous batching and sampling.")
-    else:
-        note = (f"**{fam.name}**: {fam.description}. It renders all frames in one pass, so "
-                "**KV cache, continuous batching, sampling and dummy weights do not apply**; "
-                "precision, compile, batch size and the streaming window do.")
+    lines = _unsupported_lines(fam)
+    note = f"**{fam.name}**: {fam.description}. "
+    note += ("These knobs do not apply (those on the panel are greyed out):\n"
+             + "\n".join(lines)) if lines else "Every knob applies."
     note += f"\n\n**Quantization:** {fam.quantization}."
-    if fam.autoregressive and weights == "dummy":
-        note = f"{DUMMY_WARNING}\n\n{note}"
+    if weights == "dummy" and fam.dummy_warning:
+        note = (f"{DUMMY_HEADING}\n{fam.dummy_warning.capitalize()}. Timings are real. Point "
+                f"`model` at local weights for real output.\n\n{note}")
     return note
 
 
-def family_view(name: str, weights: str) -> tuple[str, gr.Dropdown]:
-    """The note and the Quantization dropdown's info, both read from the family declaration."""
-    return family_note(name, weights), gr.Dropdown(info=family_info(name).quantization)
+def widget_state(name: str, fam: Family) -> dict:
+    """Whether the widget for `name` can be turned under `fam`, and what its info line says:
+    the family's own refusal sentence when it cannot."""
+    knob = config_knob(name)
+    if not fam.supports(knob):
+        return {"interactive": False, "info": fam.refusals({knob})[0]}
+    return {"interactive": True, "info": fam.quantization if name == "quant" else ""}
+
+
+def family_view(name: str, weights: str) -> list:
+    """The note and one update per widget in GOVERNED for a newly selected family.
+
+    A greyed-out widget is also put back to its default, so a value the family refuses can
+    never be left behind where the user cannot change it.
+    """
+    fam, defaults = family_info(name), _defaults()
+    updates = []
+    for knob in GOVERNED:
+        state = widget_state(knob, fam)
+        if not state["interactive"]:
+            state["value"] = defaults[knob]
+        updates.append(gr.update(**state))
+    shown = weights if fam.supports("weights") else defaults["weights"]
+    return [family_note(name, shown), *updates]
 
 
 @dataclass
@@ -180,53 +216,68 @@ class Knobs:
     def inputs(self) -> list[gr.components.Component]:
         return [getattr(self, name) for name in KNOB_FIELDS]
 
+    def governed(self) -> list[gr.components.Component]:
+        """The widgets a family can grey out, in GOVERNED order."""
+        return [getattr(self, name) for name in GOVERNED]
+
 
 def _elem_id(key: str, name: str) -> str:
     return f"{key}-{name.replace('_', '-')}"
 
 
-def _dropdown(name: str, value: str, key: str, **extra: object) -> gr.Dropdown:
+def _dropdown(name: str, value: str, key: str, fam: Family) -> gr.Dropdown:
     """A choice knob offering exactly the values the config accepts."""
     return gr.Dropdown(list(CHOICES[name]), value=value, label=LABELS[name],
-                       elem_id=_elem_id(key, name), **extra)
+                       elem_id=_elem_id(key, name), **widget_state(name, fam))
 
 
-def _slider(name: str, value: float, key: str) -> gr.Slider:
+def _slider(name: str, value: float, key: str, fam: Family) -> gr.Slider:
     """A numeric knob whose range is the config's own bound, so any valid preset fits it."""
     low, high = {**LIMITS, **SAMPLING_LIMITS}[name]
     return gr.Slider(low, high, value=value, step=STEPS[name], label=LABELS[name],
-                     elem_id=_elem_id(key, name))
+                     elem_id=_elem_id(key, name), **widget_state(name, fam))
+
+
+def _checkbox(name: str, value: bool, key: str, fam: Family) -> gr.Checkbox:
+    return gr.Checkbox(value=value, label=LABELS[name], elem_id=_elem_id(key, name),
+                       **widget_state(name, fam))
+
+
+def _seed(value: int, key: str, fam: Family) -> gr.Number:
+    low, high = LIMITS["seed"]
+    return gr.Number(value=value, precision=0, minimum=low, maximum=high, label=LABELS["seed"],
+                     elem_id=_elem_id(key, "seed"), **widget_state("seed", fam))
 
 
 def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
-    """Lay out the panel inside the current Blocks context, initialised from `cfg`."""
+    """Lay out the panel inside the current Blocks context, initialised from `cfg`.
+
+    Selecting a family regreys the panel from that family's declaration; changing the
+    weights only rewrites the note (its dummy-weights alarm).
+    """
     v = dict(zip(KNOB_FIELDS, knob_values(cfg), strict=True))
+    fam = family_info(cfg.family)
     with gr.Row():
-        family, weights, device, dtype = (
-            _dropdown(n, v[n], key) for n in ("family", "weights", "device", "dtype"))
-        quant = _dropdown("quant", v["quant"], key, info=family_info(v["family"]).quantization)
-        compile_mode = _dropdown("compile", v["compile"], key)
+        family, weights, device, dtype, quant, compile_mode = (
+            _dropdown(n, v[n], key, fam)
+            for n in ("family", "weights", "device", "dtype", "quant", "compile"))
     with gr.Row():
         batch_size, decode_interval, overlap, crossfade = (
-            _slider(n, v[n], key) for n in ("batch_size", "decode_interval", "overlap",
-                                             "crossfade_ms"))
-        low, high = LIMITS["seed"]
-        seed = gr.Number(value=v["seed"], precision=0, minimum=low, maximum=high,
-                         label=LABELS["seed"], elem_id=_elem_id(key, "seed"))
-    with gr.Accordion("Autoregressive engine (orpheus only)",
-                      open=family_info(v["family"]).autoregressive), gr.Row():
-        kv_cache = _dropdown("kv_cache", v["kv_cache"], key)
-        batching = gr.Checkbox(value=v["continuous_batching"], label="Continuous batching",
-                               elem_id=_elem_id(key, "continuous_batching"))
-        graphs = gr.Checkbox(value=v["cuda_graphs"], label="CUDA graphs (decode step)",
-                             elem_id=_elem_id(key, "cuda_graphs"))
-        temperature, top_p = (_slider(n, v[n], key) for n in SAMPLING_FIELDS)
+            _slider(n, v[n], key, fam)
+            for n in ("batch_size", "decode_interval", "overlap", "crossfade_ms"))
+        seed = _seed(v["seed"], key, fam)
+    with gr.Accordion("Autoregressive engine", open=fam.autoregressive), gr.Row():
+        kv_cache = _dropdown("kv_cache", v["kv_cache"], key, fam)
+        batching, graphs = (_checkbox(n, v[n], key, fam)
+                            for n in ("continuous_batching", "cuda_graphs"))
+        temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
                   decode_interval, overlap, crossfade, seed, kv_cache, batching, graphs,
                   temperature, top_p, note)
-    for widget in (family, weights):
-        widget.change(family_view, [family, weights], [note, quant], show_progress="hidden")
+    family.change(family_view, [family, weights], [note, *knobs.governed()],
+                  show_progress="hidden")
+    weights.change(family_note, [family, weights], note, show_progress="hidden")
     return knobs
 
 
@@ -265,11 +316,16 @@ def panel_config(base: dict, *values: object) -> PipelineConfig:
 
 
 def preset_outputs(source: str | None, label: str, width: int) -> list:
-    """Panel outputs for a preset, or unchanged knobs and a warning when it is invalid."""
+    """Panel outputs for a preset, or unchanged knobs and a warning when it is invalid.
+
+    A preset that sets a knob its family refuses is invalid here as it is in the CLI, since
+    the panel would show that knob greyed out, holding a value nobody could change.
+    """
     if not source:
         return [gr.skip()] * (width - 1) + [""]
     try:
         cfg = load_preset(source)
+        family_info(cfg.family).check(cfg)
     except ConfigError as err:
         gr.Warning(f"Invalid preset: {err}")
         return [gr.skip()] * (width - 1) + [f"⚠️ **Invalid preset {label}**: {err}"]

@@ -1,8 +1,10 @@
 """A small cache of loaded pipelines, so turning back to a config does not reload its model.
 
 Loading weights (and compiling) is the slow part of a request. The app keeps the last few
-pipelines keyed by their full config, evicting the least recently used, and builds each one
-only once even when two requests ask for it at the same moment.
+pipelines keyed by their full config, evicting the least recently used (its worker thread
+exits once its requests are done), and builds each one only once even when two requests ask
+for it at the same moment. Using a pipeline needs no lock here: its own worker serializes
+the work on its model.
 """
 
 from __future__ import annotations
@@ -66,10 +68,12 @@ class PipelineCache:
                 self._items[cfg] = pipe
                 self.loads += 1
                 while len(self._items) > self.capacity:
-                    self._items.popitem(last=False)
+                    self._items.popitem(last=False)[1].close()
                 self._loading.pop(cfg, None)
         return pipe
 
     def clear(self) -> None:
         with self._lock:
+            for pipe in self._items.values():
+                pipe.close()
             self._items.clear()

@@ -16,8 +16,8 @@ import pandas as pd
 
 from lab.metrics.profile import ProfileResult, profile_call
 from lab.ui import charts
+from lab.ui.common import EXAMPLE_TEXT, PROGRESS, load, resolve_config
 from lab.ui.knobs import build_panel
-from lab.ui.synth_tab import EXAMPLE_TEXT, PROGRESS, load, resolve_config
 
 if TYPE_CHECKING:
     from lab.ui.blocks import LabContext

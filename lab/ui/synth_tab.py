@@ -2,13 +2,16 @@
 
 Audio is played as it is decoded (the pipeline's `stream`), so the time to first audio the
 tab reports is the one the listener experiences. The whole take is also offered as a WAV
-for download and comparison once synthesis ends.
+for download and comparison once synthesis ends. For an autoregressive family the tab also
+shows each decode step's time over the utterance next to what the KV cache holds, so engine
+settings (a KV cache or none) can be compared run against run.
 """
 
 from __future__ import annotations
 
 import queue
 import shutil
+import statistics
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,66 +21,73 @@ import numpy as np
 
 from lab.pipeline import describe_startup
 from lab.ui import charts
-from lab.ui.knobs import Panel, build_panel, check_machine
+from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, load, pcm16, resolve_config
+from lab.ui.knobs import Panel, build_panel
 
 if TYPE_CHECKING:
-    from lab.config import PipelineConfig
+    import plotly.graph_objects as go
+
     from lab.pipeline import Pipeline, Synthesis
     from lab.ui.blocks import LabContext
 
-EXAMPLE_TEXT = (
-    "The lab measures every stage of speech synthesis. Faster is only better "
-    "when it still sounds right."
-)
 STREAMING = shutil.which("ffmpeg") is not None
-PLAIN = gr.WaveformOptions(show_recording_waveform=False)
-# Gradio hands each request its own tracker in place of this default. Tracking tqdm puts the
-# bars of what runs inside (weight downloads, benchmark batches) in the browser, with an ETA.
-PROGRESS = gr.Progress(track_tqdm=True)
-
-
-def pcm16(audio: np.ndarray) -> np.ndarray:
-    """Float audio to int16 without peak normalization, so levels stay true between chunks
-    and between the two sides of an A/B pair."""
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
-
-
-def resolve_config(ctx: LabContext, panel: Panel, data: dict) -> PipelineConfig:
-    """The panel's config, checked against the family and this machine (KnobError if not)."""
-    cfg = panel.config(data)
-    check_machine(cfg, ctx.cuda_available)
-    if cfg.family == "orpheus" and cfg.weights == "dummy":
-        gr.Warning("Dummy weights: the orpheus output will be noise, not speech.")
-    return cfg
-
-
-def load(ctx: LabContext, cfg: PipelineConfig, progress: gr.Progress, steps: int = 1) -> Pipeline:
-    """A cached pipeline; a load (weights, casts, compile warm-up) is step 0 of `steps`."""
-    return ctx.cache.get(cfg, on_load=lambda msg: progress((0, steps), desc=msg, unit="step"))
 
 
 def metrics_markdown(syn: Synthesis, chunks: int) -> str:
     m = syn.metrics
-    tps = m.tokens_per_second
     return (
-        "| TTFB | total latency | audio | RTF | audio s / s | tokens / s | peak memory |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| TTFB | total latency | audio | RTF | audio s / s | peak memory |\n"
+        "|---:|---:|---:|---:|---:|---:|\n"
         f"| {m.ttfb_ms:.0f} ms | {m.total_ms:.0f} ms | {m.audio_seconds:.2f} s | {m.rtf:.3f} "
-        f"| {m.audio_seconds_per_second:.2f} "
-        f"| {'n/a (not autoregressive)' if tps is None else f'{tps:.1f}'} "
-        f"| {m.peak_memory_mb:.0f} MB |\n\n"
+        f"| {m.audio_seconds_per_second:.2f} | {m.peak_memory_mb:.0f} MB |\n\n"
         f"{chunks} chunks streamed. RTF below 1 is faster than real time."
     )
 
 
-def notes_markdown(cfg: PipelineConfig, pipe: Pipeline, syn: Synthesis) -> str:
+def _quarter_medians(step_ms: list[float]) -> tuple[float, float]:
+    """Median step time over the first and the last quarter of the utterance: without a KV
+    cache the second is larger, since every step recomputes a longer prefix. Medians, so a
+    step stalled by another thread does not decide the comparison."""
+    n = max(1, len(step_ms) // 4)
+    return statistics.median(step_ms[:n]), statistics.median(step_ms[-n:])
+
+
+def engine_markdown(pipe: Pipeline, syn: Synthesis) -> str:
+    """Decode-step costs and the KV cache, side by side, for comparing engine settings."""
+    if not pipe.family.autoregressive:
+        return f"**Decode steps:** n/a ({pipe.family.name} is not autoregressive)."
+    m = syn.metrics
+    kv = pipe.memory_facts().get("KV cache", "n/a")
+    tps = "n/a" if m.tokens_per_second is None else f"{m.tokens_per_second:.1f}"
+    if not m.step_ms:
+        return f"**Decode steps:** none ran. Tokens / s: {tps}. KV cache: {kv}."
+    first, last = _quarter_medians(m.step_ms)
+    return (
+        "| decode steps | ms / step | first ¼ (median) | last ¼ (median) | tokens / s "
+        "| KV cache |\n"
+        "|---:|---:|---:|---:|---:|:---|\n"
+        f"| {len(m.step_ms)} | {m.ms_per_step:.2f} ms | {first:.2f} ms | {last:.2f} ms "
+        f"| {tps} | {kv} |"
+    )
+
+
+def step_chart(pipe: Pipeline, syn: Synthesis) -> go.Figure:
+    """Per-step decode time over the utterance, or a blank chart saying why there is none."""
+    fam = pipe.family
+    blank = "no decode steps ran" if fam.autoregressive else f"{fam.name} is not autoregressive"
+    return charts.step_times(syn.metrics.step_ms, "ms per decode step", blank)
+
+
+def notes_markdown(pipe: Pipeline, syn: Synthesis) -> str:
+    """Fallbacks, text notes, the config as it really ran (after fallbacks) and memory."""
+    ran = pipe.resolved
     fallbacks = syn.fallbacks
     warnings = syn.warnings
     lines = ["**Fallbacks fired:** " + ("none" if not fallbacks else "")]
     lines += [f"- {f}" for f in fallbacks]
     lines += [f"- text note: {w}" for w in warnings]
-    lines.append(f"\nRan on `{pipe.device}` with `{cfg.dtype}` / quant `{cfg.quant}`, "
-                 f"compile `{cfg.compile}`.")
+    lines.append(f"\nRan on `{pipe.device}` with `{ran.dtype}` / quant `{ran.quant}`, "
+                 f"compile `{ran.compile}`.")
     lines += [f"- {name}: {value}" for name, value in pipe.memory_facts().items()]
     lines.append(f"\n**Startup:** {describe_startup(pipe.startup)}.")
     return "\n".join(lines)
@@ -128,12 +138,15 @@ class SynthOutputs:
     stream: gr.Audio
     take: gr.Audio
     metrics: gr.Markdown
+    engine: gr.Markdown
     chart: gr.Plot
+    steps: gr.Plot
     notes: gr.Markdown
     status: gr.Markdown
 
     def all(self) -> list:
-        return [self.stream, self.take, self.metrics, self.chart, self.notes, self.status]
+        return [self.stream, self.take, self.metrics, self.engine, self.chart, self.steps,
+                self.notes, self.status]
 
 
 def _fail(out: SynthOutputs, message: str) -> dict:
@@ -167,8 +180,10 @@ def synthesize(ctx: LabContext, out: SynthOutputs, panel: Panel, text: str, data
     yield {
         out.take: (syn.sample_rate, pcm16(syn.audio)),
         out.metrics: metrics_markdown(syn, chunks),
+        out.engine: engine_markdown(pipe, syn),
         out.chart: charts.stage_timings(syn.metrics.stages, "Time per stage"),
-        out.notes: notes_markdown(cfg, pipe, syn),
+        out.steps: step_chart(pipe, syn),
+        out.notes: notes_markdown(pipe, syn),
         out.status: f"Done: {syn.metrics.audio_seconds:.2f} s of audio.",
     }
 
@@ -187,11 +202,14 @@ def build(ctx: LabContext) -> Panel:
     if not STREAMING:
         gr.Markdown("Streaming playback needs `ffmpeg` on the server; the whole take plays "
                     "when synthesis ends.")
-    metrics = gr.Markdown(elem_id="synth-metrics")
-    with gr.Row():
-        chart = gr.Plot(label="Per-stage timing", elem_id="synth-chart")
-        notes = gr.Markdown(elem_id="synth-notes")
-    out = SynthOutputs(stream, take, metrics, chart, notes, status)
+    with gr.Column(elem_id="synth-results"):
+        metrics = gr.Markdown(elem_id="synth-metrics")
+        engine = gr.Markdown(elem_id="synth-engine")
+        with gr.Row():
+            chart = gr.Plot(label="Per-stage timing", elem_id="synth-chart")
+            steps = gr.Plot(label="Per-step decode time", elem_id="synth-steps")
+    notes = gr.Markdown(elem_id="synth-notes")
+    out = SynthOutputs(stream, take, metrics, engine, chart, steps, notes, status)
 
     def handler(data: dict, progress=PROGRESS):
         yield from synthesize(ctx, out, panel, data[text], data, progress)

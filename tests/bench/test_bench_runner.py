@@ -34,6 +34,7 @@ class ToyMetrics:
     audio_seconds_per_second: float
     peak_memory_mb: float | None
     tokens_per_second: float | None = None
+    step_ms: list = field(default_factory=list)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class ToySynthesis:
 
 class ConvVoice:
     def __init__(self, config: PipelineConfig, ttfb: bool = True, extra: int = 0):
-        self.config = config
+        self.config = self.resolved = config
         self.startup = {"load_ms": 5.0, "warmup_ms": 7.0}
         self.sample_rate = SR
         self.calls: list[int] = []
@@ -207,3 +208,23 @@ def test_a_streaming_config_is_benchmarked_streaming_at_batch_one(voice_pipeline
     assert "one-shot" in rows[1].config and "batch 2 ran one-shot" in rows[1].fallbacks
     one_shot = run_text_set(lambda b: voice_pipeline, [text], [1], warmup=0, progress=False)
     assert one_shot[0].ttfb_p50_ms > 0.95 * one_shot[0].latency_p50_ms
+
+
+def test_an_autoregressive_row_reports_ms_per_step_and_its_kv_cache():
+    from lab.config import load_preset
+    from lab.pipeline import Pipeline
+
+    cfg = load_preset("orpheus-tiny-cpu", kv_cache="none", sampling={"max_tokens": 28})
+    (row,) = run_text_set(lambda b: Pipeline(cfg), ["Hi there."], [1], warmup=0,
+                          progress=False)
+    assert row.ms_per_step_p50 is not None and row.ms_per_step_p50 > 0
+    assert "kv_cache=none" in row.config
+
+
+def test_a_row_is_labelled_with_the_config_that_ran_after_fallbacks():
+    from lab.pipeline import Pipeline
+
+    pipe = Pipeline(PipelineConfig(device="cpu", dtype="fp16", stream=False))
+    assert pipe.resolved.dtype == "bf16"  # fp16 runs as bf16 on a CPU
+    (row,) = run_text_set(lambda b: pipe, ["Hi."], [1], warmup=0, progress=False)
+    assert "bf16" in row.config and "fp16" not in row.config

@@ -9,7 +9,6 @@ from lab.engine import (
     DynamicKVCache,
     GraphedDecoder,
     StaticKVCache,
-    decode_mode,
     generate,
     load_lm,
 )
@@ -75,14 +74,6 @@ def test_bad_modes_and_caches_are_rejected(model):
         GraphedDecoder(model, _cache(model), "turbo")
     with pytest.raises(ValueError, match="StaticKVCache"):
         GraphedDecoder(model, DynamicKVCache(model.cfg.n_layers), "eager")
-
-
-def test_decode_mode_follows_the_pipeline_config():
-    assert decode_mode("none", False) == "eager"
-    assert decode_mode("none", True) == "cuda-graph"
-    assert decode_mode("reduce-overhead", True) == "reduce-overhead"
-    assert decode_mode("max-autotune", False) == "max-autotune"
-    assert decode_mode("default", True) == "default"
 
 
 def test_compiled_decode_shares_one_block_across_layers():

@@ -85,3 +85,10 @@ def test_cuda_device_profiles_kernels_or_says_cuda_is_missing():
     (gpu_vocoder,) = [r for r in result.device_stages if r.name == "vocoder"]
     assert gpu_vocoder.total_ms >= result.device_operators[0].self_ms * 0.99
     assert "### Stages (GPU time)" in result.to_markdown()
+
+
+def test_a_pipeline_request_is_profiled_on_its_worker_thread(voice_pipeline):
+    """Requests run on the pipeline's own worker thread; the profile must still see them."""
+    result = profile_call(lambda: voice_pipeline.synthesize("Profile me."), device="cpu")
+    assert {"encode", "durations_flow", "vocoder"} <= {row.name for row in result.stages}
+    assert result.operators

@@ -12,22 +12,26 @@ from lab.config import PipelineConfig, SamplingConfig
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.llm import LM, LMConfig
 from lab.engine.request import Request, SamplingParams
-from lab.models.orpheus import (
-    ORPHEUS,
+from lab.models.orpheus_backend import (
     TINY_SNAC,
+    build_tts,
+    decode_mode,
+    engine_config,
+    sampling_params,
+)
+from lab.models.orpheus_format import (
+    ORPHEUS,
     VOICES,
     AudioTokenConstraint,
     ByteTokenizer,
     FrameAssembler,
     OrpheusError,
     OrpheusLayout,
-    OrpheusTTS,
-    engine_config,
     format_prompt,
     frames_from_tokens,
     load_tokenizer,
-    sampling_params,
 )
+from lab.models.orpheus_tts import OrpheusTTS
 from lab.models.snac_codec import SnacCodec, StreamWindow, build_snac
 
 LAYOUT = OrpheusLayout.compact(16)
@@ -165,7 +169,7 @@ def test_from_config_builds_a_dummy_pipeline_that_speaks():
         overlap=2,
         sampling=SamplingConfig(max_tokens=21),
     )
-    tts = OrpheusTTS.from_config(cfg, n_slots=2)
+    tts, _ = build_tts(cfg, torch.device("cpu"), n_slots=2)
     assert tts.sample_rate == 24000 and tts.codec.is_dummy
     assert tts.layout == OrpheusLayout.compact(7)  # tiny-llama's 320 ids hold 7 codes a slot
     (audio,) = tts.synthesize(["test"])  # may stop early: dummy weights pick end-of-speech too
@@ -203,7 +207,7 @@ def test_graphs_asked_with_a_growing_cache_run_eager_and_say_so():
     cfg = PipelineConfig(family="orpheus", weights="dummy", model="tiny-llama", device="cpu",
                          cuda_graphs=True, kv_cache="dynamic",
                          sampling=SamplingConfig(max_tokens=14, temperature=0.0))
-    tts = OrpheusTTS.from_config(cfg, n_slots=2)
+    tts, _ = build_tts(cfg, torch.device("cpu"), n_slots=2)
     assert tts.engine.fallbacks == [
         "CUDA graphs need the static KV cache; kv_cache=dynamic ran eager"]
     assert tts.engine.runner.decoder is None
@@ -225,3 +229,11 @@ def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):
         .read_text()
         .startswith("# Orpheus concurrent streams\n\n`python benchmarks/orpheus_streams.py --smoke")
     )
+
+
+def test_decode_mode_follows_the_pipeline_config():
+    assert decode_mode("none", False) == "eager"
+    assert decode_mode("none", True) == "cuda-graph"
+    assert decode_mode("reduce-overhead", True) == "reduce-overhead"
+    assert decode_mode("max-autotune", False) == "max-autotune"
+    assert decode_mode("default", True) == "default"

@@ -32,11 +32,11 @@ def boundary_jump(audio: np.ndarray, reference: np.ndarray, boundaries: list[int
 
 
 def render(backend: PiperBackend, ids: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    from lab.metrics.timers import StageTimer
+    from lab.metrics.timers import RequestMeter, StageTimer
 
-    timer = StageTimer()
-    oneshot = backend.synthesize([ids], [7], timer)[0]
-    pieces = list(backend.stream(ids, 7, timer))
+    meter = RequestMeter(StageTimer())
+    oneshot = backend.synthesize([ids], [7], meter)[0]
+    pieces = list(backend.stream(ids, 7, meter))
     boundaries = list(np.cumsum([len(p) for p in pieces])[:-1])
     return oneshot, np.concatenate(pieces), boundaries
 

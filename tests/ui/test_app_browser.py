@@ -156,11 +156,24 @@ def test_bad_inputs_are_reported_and_leave_the_app_usable(app, page, tmp_path):
     combo = tmp_path / "kv.yaml"
     combo.write_text("family: piper-vits\nkv_cache: dynamic\n")
     upload_preset(page, combo)
+    status = wait_text(page, "#synth-preset-status", "does not apply")
+    assert "Invalid preset" in status and "kv_cache does not apply to piper-vits" in status
+
+
+def test_family_greys_out_the_knobs_it_declares_unsupported(app, page):
+    open_tab(page, app.url)
+    page.get_by_text("Autoregressive engine").first.click()
+    kv_cache = "#synth-kv-cache input"
+    assert page.locator(kv_cache).is_disabled()
+    assert "kv_cache does not apply to piper-vits" in page.inner_text("#synth-kv-cache")
+    pick_preset(page, "orpheus-tiny-cpu")
     wait_text(page, "#synth-preset-status", "Loaded preset")
-    page.fill("#synth-text textarea", "Hello.")
-    page.click("#synth-go")
-    status = wait_text(page, "#synth-status", "does not apply")
-    assert "kv_cache does not apply to piper-vits" in status
+    page.wait_for_function(f"() => !document.querySelector({kv_cache!r}).disabled")
+    assert not page.locator("#synth-temperature input[type=number]").is_disabled()
+    page.click("#synth-family input")
+    page.get_by_role("option", name="piper-vits", exact=True).click()
+    page.wait_for_function(f"() => document.querySelector({kv_cache!r}).disabled")
+    assert page.input_value("#synth-weights input") == "real"
 
 
 def test_presets_beyond_the_old_slider_range_reach_the_pipeline(app, page, tmp_path):
@@ -201,6 +214,7 @@ def test_synthesize_streams_and_returns_audible_audio(app, page):
     metrics = page.inner_text("#synth-metrics")
     assert "TTFB" in metrics and "RTF" in metrics
     page.wait_for_selector("#synth-chart .js-plotly-plot", timeout=30_000)
+    assert "not autoregressive" in page.inner_text("#synth-engine")
     notes = page.inner_text("#synth-notes")
     assert "Fallbacks fired" in notes
     assert "Startup: model load" in notes and "not counted in request timings" in notes

@@ -4,9 +4,10 @@ import gradio as gr
 import pytest
 
 from lab.config import LIMITS, SAMPLING_LIMITS, PipelineConfig, list_presets, load_preset, to_dict
-from lab.models.families import FAMILIES
+from lab.models.registry import FAMILIES, family
 from lab.ui.knobs import (
-    DUMMY_WARNING,
+    DUMMY_HEADING,
+    GOVERNED,
     KNOB_FIELDS,
     KnobError,
     Knobs,
@@ -70,9 +71,9 @@ def test_cuda_device_without_gpu_is_refused():
 
 
 def test_family_note_warns_loudly_about_dummy_orpheus_only():
-    assert DUMMY_WARNING in family_note("orpheus", "dummy")
+    assert DUMMY_HEADING in family_note("orpheus", "dummy")
     assert "NOISE" in family_note("orpheus", "dummy")
-    assert DUMMY_WARNING not in family_note("orpheus", "real")
+    assert DUMMY_HEADING not in family_note("orpheus", "real")
     assert "do not apply" in family_note("piper-vits", "real")
 
 
@@ -102,12 +103,22 @@ def test_panel_builds_inside_blocks_and_reads_configs():
         panel_config({"family": "nope"}, *knob_values(PipelineConfig()))
 
 
+class _Loaded:
+    """Stands for a loaded pipeline: the cache only keys, returns and closes it."""
+
+    def __init__(self, cfg, closed: list) -> None:
+        self.cfg, self.closed = cfg, closed
+
+    def close(self) -> None:
+        self.closed.append(self.cfg)
+
+
 def test_pipeline_cache_loads_once_and_evicts_least_recent():
-    built = []
+    built, closed = [], []
 
     def factory(cfg):
         built.append(cfg)
-        return object()
+        return _Loaded(cfg, closed)
 
     cache = PipelineCache(capacity=2, factory=factory)
     a, b, c = PipelineConfig(seed=1), PipelineConfig(seed=2), PipelineConfig(seed=3)
@@ -117,6 +128,7 @@ def test_pipeline_cache_loads_once_and_evicts_least_recent():
     cache.get(a)
     cache.get(c)
     assert a in cache and c in cache and b not in cache
+    assert closed == [b]  # the evicted pipeline's worker is released
     messages = []
     cache.get(b, on_load=messages.append)
     assert len(built) == 4 and messages and "loading piper-vits" in messages[0]
@@ -167,23 +179,32 @@ def test_numeric_knob_ranges_are_the_config_limits(built_app):
 
 
 def test_quantization_is_explained_by_the_family_declaration(built_app):
-    piper = FAMILIES["piper-vits"].quantization
+    piper = family("piper-vits").quantization
     assert "linear layers only" in piper and "convolutions" in piper
-    orpheus = FAMILIES["orpheus"].quantization
+    orpheus = family("orpheus").quantization
     assert "language model's linear layers" in orpheus and "CUDA" in orpheus
-    for name, fam in FAMILIES.items():
-        assert f"**Quantization:** {fam.quantization}" in family_note(name, "real")
+    for name in FAMILIES:
+        assert f"**Quantization:** {family(name).quantization}" in family_note(name, "real")
     assert "precision, quantization" not in family_note("piper-vits", "real")
     for panel in built_app.panels:
-        family = _knob(built_app, panel, "family").value
-        assert _knob(built_app, panel, "quant").info == FAMILIES[family].quantization
+        name = _knob(built_app, panel, "family").value
+        assert _knob(built_app, panel, "quant").info == family(name).quantization
 
 
 def test_changing_family_rewrites_the_quant_info_and_the_note(built_app):
     for panel in built_app.panels:
         (handler,) = built_app.handlers(f"{panel}-family", "change")
-        quant, note = _knob(built_app, panel, "quant"), built_app.component(f"{panel}-family-note")
-        assert handler.outputs == [note, quant]
-        text, update = handler.fn("orpheus", "dummy")
-        assert update.info == FAMILIES["orpheus"].quantization
-        assert DUMMY_WARNING in text and FAMILIES["orpheus"].quantization in text
+        note = built_app.component(f"{panel}-family-note")
+        assert handler.outputs[0] == note
+        assert handler.outputs[1:] == [_knob(built_app, panel, n) for n in GOVERNED]
+        text, *updates = handler.fn("orpheus", "dummy")
+        quant = dict(zip(GOVERNED, updates, strict=True))["quant"]
+        assert quant["info"] == family("orpheus").quantization
+        assert DUMMY_HEADING in text and family("orpheus").quantization in text
+
+
+def test_changing_weights_rewrites_only_the_note(built_app):
+    for panel in built_app.panels:
+        (handler,) = built_app.handlers(f"{panel}-weights", "change")
+        assert handler.outputs == [built_app.component(f"{panel}-family-note")]
+        assert DUMMY_HEADING in handler.fn("orpheus", "dummy")

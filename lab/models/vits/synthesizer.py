@@ -74,17 +74,11 @@ class Synthesizer(nn.Module):
         """Integer frames per phoneme, from noise [B, 2, T] already scaled by noise_w.
 
         Runs in the duration predictor's own dtype, which may differ from the rest of the
-        model (see keep_durations_fp32).
+        model (the Piper plan keeps it as an fp32 island).
         """
         dtype = self.dp.pre.weight.dtype
         log_w = self.dp(hidden.to(dtype), mask.to(dtype), noise.to(dtype))
         return torch.ceil(torch.exp(log_w) * mask.to(dtype) * length_scale)[:, 0].long()
-
-    def keep_durations_fp32(self) -> None:
-        """Half precision is fine for the encoder, flow and vocoder, but the duration
-        predictor's spline inverse breaks down in bf16 (a sentence can collapse to one
-        frame), and it is a tiny share of the work, so it stays in fp32."""
-        self.dp.float()
 
     def latents(
         self,

@@ -1,0 +1,200 @@
+"""OrpheusTTS: text in, streamed 24 kHz audio out, for many utterances in one engine at once.
+
+Every `step()` advances every active utterance by one token, so whoever calls it serves all of
+them. Each utterance therefore keeps its own audio until its owner takes it (`pending`), its
+own meter (time per stage, tokens), and the times that define its latency; nothing about one
+utterance is stored on the shared engine or on this object. A stream or a batch can then be
+consumed by any caller, in any interleaving, and none loses or receives another's audio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from lab.engine.engine import LLMEngine
+from lab.engine.request import SamplingParams
+from lab.metrics.timers import STEP_STAGE, RequestMeter, shared_stage
+from lab.models.orpheus_format import (
+    ORPHEUS,
+    FrameAssembler,
+    OrpheusError,
+    OrpheusLayout,
+    format_prompt,
+)
+from lab.models.snac_codec import AudioChunk, SnacCodec, StreamingDecoder, StreamWindow
+
+
+@dataclass
+class Utterance:
+    """One submitted text: its audio so far, what it cost, and the times that define latency."""
+
+    request_id: str
+    text: str
+    voice: str | None
+    submitted: float
+    assembler: FrameAssembler
+    meter: RequestMeter | None = None
+    chunks: list[AudioChunk] = field(default_factory=list)
+    pending: deque[AudioChunk] = field(default_factory=deque)
+    first_audio: float | None = None
+    done: float | None = None
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        return None if self.first_audio is None else (self.first_audio - self.submitted) * 1e3
+
+    def audio(self) -> np.ndarray:
+        parts = [c.audio.numpy() for c in sorted(self.chunks, key=lambda c: c.index)]
+        return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+
+
+class OrpheusTTS:
+    """Runs text through the serving engine and the streaming codec.
+
+    Each `step()` runs one engine step (every active utterance gains a token), turns finished
+    frames into codec input, and decodes all windows that became due in one batched call.
+    The engine should carry an `AudioTokenConstraint` for `layout` as its logits processor;
+    without one, invalid tokens are skipped, not spoken.
+    """
+
+    def __init__(self, engine: LLMEngine, codec: SnacCodec, tokenizer, *,
+                 layout: OrpheusLayout = ORPHEUS, window: StreamWindow | None = None,
+                 side_stream: bool = False, sampling: SamplingParams | None = None) -> None:
+        if engine.vocab_size < layout.vocab_needed:
+            raise OrpheusError(f"the LM's vocabulary ({engine.vocab_size}) is too small for the "
+                               f"Orpheus layout ({layout.vocab_needed} ids needed)")
+        if codec.codebook_size != layout.codebook_size:
+            raise OrpheusError(f"codec codebook ({codec.codebook_size}) differs from the layout's "
+                               f"({layout.codebook_size})")
+        self.engine, self.codec, self.tokenizer, self.layout = engine, codec, tokenizer, layout
+        self.decoder = StreamingDecoder(codec, window or StreamWindow(), side_stream)
+        self.sampling = sampling or SamplingParams()
+        self.utterances: dict[str, Utterance] = {}
+
+    @property
+    def sample_rate(self) -> int:
+        return self.codec.sample_rate
+
+    def submit(self, text: str, voice: str | None = "tara",
+               sampling: SamplingParams | None = None, meter: RequestMeter | None = None) -> str:
+        """Queue one utterance; returns its id. Bad text or voice raise OrpheusError."""
+        prompt = format_prompt(self.tokenizer, text, voice, self.layout)
+        params = sampling or self.sampling
+        stops = tuple(sorted({*params.stop_token_ids, self.layout.end_of_speech}))
+        params = dataclasses.replace(params, stop_token_ids=stops)
+        rid = self.engine.add_request(prompt, params)
+        self.utterances[rid] = Utterance(rid, text, voice, time.perf_counter(),
+                                         FrameAssembler(self.layout), meter)
+        self.decoder.open(rid)
+        return rid
+
+    def abort(self, request_id: str) -> None:
+        """Stop an utterance now, free its slot and forget it; its owner gave up on it."""
+        if self.engine.abort(request_id):
+            self.decoder.close(request_id)
+        self.utterances.pop(request_id, None)
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished() or self.decoder.busy
+
+    def _timers(self) -> list:
+        return [u.meter.timer for u in self.utterances.values()
+                if u.meter is not None and u.done is None]
+
+    def step(self) -> list[AudioChunk]:
+        """One engine step plus the codec work it made due; returns the audio ready now.
+
+        Each active utterance's meter is charged the whole step (it waited for all of it) and
+        credited its own new tokens.
+        """
+        timers = self._timers()
+        chunks = self.decoder.collect()
+        with shared_stage(timers, STEP_STAGE):
+            outs = self.engine.step()
+        for out in outs:
+            self._take_tokens(out)
+        with shared_stage(timers, "codec"):
+            self.decoder.launch()
+            if not self.engine.has_unfinished():
+                chunks += self.decoder.collect(wait=True)
+        return self._record(chunks)
+
+    def _take_tokens(self, out) -> None:
+        utt = self.utterances.get(out.request_id)
+        if utt is None:
+            return
+        if utt.meter is not None:
+            utt.meter.tokens += len(out.token_ids)
+        frames = utt.assembler.feed(out.token_ids)
+        if frames:
+            self.decoder.push(out.request_id, torch.tensor(frames, dtype=torch.long))
+        if out.finished:
+            self.decoder.close(out.request_id)
+
+    def _record(self, chunks: list[AudioChunk]) -> list[AudioChunk]:
+        now = time.perf_counter()
+        for chunk in chunks:
+            utt = self.utterances.get(chunk.stream_id)
+            if utt is None:  # aborted while its last window was decoding
+                continue
+            utt.chunks.append(chunk)
+            utt.pending.append(chunk)
+            if utt.first_audio is None and len(chunk.audio):
+                utt.first_audio = now
+            if chunk.final:
+                utt.done = now
+        return chunks
+
+    def run(self) -> None:
+        while self.has_unfinished():
+            self.step()
+
+    def _finish(self, request_id: str) -> Utterance:
+        self.engine.release(request_id)
+        return self.utterances.pop(request_id)
+
+    def synthesize(self, texts: Sequence[str], voice: str | None = "tara",
+                   sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+                   meter: RequestMeter | None = None) -> list[np.ndarray]:
+        """Whole waveforms, one per text, generated concurrently (one sampling, or one each).
+
+        Steps until these texts are done; other utterances in the engine advance meanwhile
+        and keep their audio for their own owners.
+        """
+        params = sampling if isinstance(sampling, (list, tuple)) else [sampling] * len(texts)
+        ids = [self.submit(t, voice, p, meter) for t, p in zip(texts, params, strict=True)]
+        try:
+            while any(self.utterances[i].done is None for i in ids):
+                self.step()
+        except BaseException:
+            for i in ids:
+                self.abort(i)
+            raise
+        return [self._finish(i).audio() for i in ids]
+
+    def stream(self, text: str, voice: str | None = "tara",
+               sampling: SamplingParams | None = None,
+               meter: RequestMeter | None = None) -> Iterator[AudioChunk]:
+        """One utterance's chunks in order, each as soon as it is decoded.
+
+        Closing the iterator before the end aborts the utterance and frees its slot.
+        """
+        rid = self.submit(text, voice, sampling, meter)
+        utt = self.utterances[rid]
+        try:
+            while utt.pending or utt.done is None:
+                if not utt.pending:
+                    self.step()
+                while utt.pending:
+                    yield utt.pending.popleft()
+        except BaseException:
+            self.abort(rid)
+            raise
+        self._finish(rid)

@@ -1,0 +1,78 @@
+"""The compile knob: one table from what the user picks to what torch.compile is asked for.
+
+Inductor's own CUDA graphs are always off, whatever the choice. Where shapes are fixed (the LM
+decode step) the lab captures the whole step as one CUDA graph itself (`lab.engine.graphs`),
+and inductor's graphs inside it would only be captured again. Where shapes vary per text (the
+voice's vocoder, the codec's windows) no graph is captured at all: inductor would record a new
+graph for every new length, paying capture time and memory for replays that never come. So:
+
+- "none": run eagerly.
+- "default": inductor's default mode.
+- "reduce-overhead": inductor's default mode; the launch overhead it names is removed by the
+  lab's own graphs where shapes are fixed, and stays where they vary (`compile_note` says so).
+- "max-autotune": inductor's autotuned kernels ("max-autotune-no-cudagraphs"); graphs as above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class CompileMode:
+    """What one compile choice asks of torch.compile.
+
+    `inductor` is the mode handed to torch.compile (None: do not compile). `wants_graphs` marks
+    the choices that, in torch's own vocabulary, include CUDA graphs: where the lab captures
+    none, the user is told rather than left to assume.
+    """
+
+    inductor: str | None
+    wants_graphs: bool = False
+
+
+COMPILE_MODES: dict[str, CompileMode] = {
+    "none": CompileMode(None),
+    "default": CompileMode("default"),
+    "reduce-overhead": CompileMode("default", wants_graphs=True),
+    "max-autotune": CompileMode("max-autotune-no-cudagraphs", wants_graphs=True),
+}
+# benchmarks/engine_ladder.py names inductor's own mode as a decode mode; the engine accepts it,
+# but it is no user choice (it means what "max-autotune" already means).
+ENGINE_ALIASES: dict[str, CompileMode] = {
+    "max-autotune-no-cudagraphs": CompileMode("max-autotune-no-cudagraphs"),
+}
+_ALL = {**COMPILE_MODES, **ENGINE_ALIASES}
+# Every name that compiles something, user choices first: the engine's compiled decode modes.
+COMPILED_MODES = tuple(name for name, mode in _ALL.items() if mode.inductor is not None)
+
+
+def _lookup(mode: str) -> CompileMode:
+    if mode not in _ALL:
+        raise ValueError(f"compile mode {mode!r} is not valid; choose one of {list(COMPILE_MODES)}")
+    return _ALL[mode]
+
+
+def inductor_mode(mode: str) -> str | None:
+    """The inductor mode for a compile choice (or an engine alias); None for "none"."""
+    return _lookup(mode).inductor
+
+
+def compiled(fn: Callable, mode: str, *, dynamic: bool) -> Callable:
+    """`fn` compiled for `mode` (itself for "none"). Compilation is lazy: an error surfaces at
+    the first call, which the caller's warm-up makes before any user request."""
+    inductor = inductor_mode(mode)
+    if inductor is None:
+        return fn
+    return torch.compile(fn, mode=inductor, dynamic=dynamic)
+
+
+def compile_note(mode: str, where: str) -> str | None:
+    """What the user should know when `mode` asked for CUDA graphs on `where`, a part whose
+    shapes vary per text, so that none is captured there; None when there is nothing to say."""
+    if not _lookup(mode).wants_graphs:
+        return None
+    return f"compile={mode}: {where} compiled without CUDA graphs: shapes vary per text"

@@ -1,0 +1,159 @@
+"""One thread owns a loaded model; requests reach it through a queue and come back on their own.
+
+A model on a device is shared state: two threads stepping one engine corrupt it, and a stream
+that drives the engine serves every request in it. So a pipeline hands all its work to one
+worker thread. Each request is a job with its own output queue. The worker interleaves the
+streams it holds (one piece of each in turn, so an autoregressive family advances all of them
+in the same batched step) and merges the one-shot jobs that are waiting into one batch.
+
+A caller that stops listening (a closed browser tab, a dropped connection) cancels its job:
+the worker closes the job's generator, and the family frees what the request held.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+StreamFactory = Callable[[], Generator[Any, None, Any]]
+BatchRunner = Callable[[list[str], Any], list[Any]]
+
+
+@dataclass
+class _End:
+    value: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class StreamJob:
+    start: StreamFactory
+    out: queue.Queue = field(default_factory=queue.Queue)
+    cancelled: bool = False
+    generator: Generator | None = None
+
+
+@dataclass
+class BatchJob:
+    texts: list[str]
+    context: Any
+    out: queue.Queue = field(default_factory=queue.Queue)
+
+
+_STOP = object()
+
+
+class Worker:
+    """Runs every job of one pipeline on one thread, started on first use.
+
+    `run_batch(texts, context)` renders one merged batch; `context` is the oldest merged job's
+    (its meter), so the batch's timings count from the earliest arrival. The worker holds its
+    owner's method weakly, and no finished job outlives its turn, so an idle worker never keeps
+    a dropped pipeline (and its model) alive; the owner closes it when it goes.
+    """
+
+    def __init__(self, name: str, run_batch: BatchRunner) -> None:
+        self.name = name
+        self._run_batch = weakref.WeakMethod(run_batch)
+        self._inbox: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _ensure_running(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+
+    def stream(self, start: StreamFactory) -> Generator[Any, None, Any]:
+        """Run `start()` on the worker; yield what it yields and return what it returns."""
+        job = StreamJob(start)
+        self._inbox.put(job)
+        self._ensure_running()
+        try:
+            while True:
+                item = job.out.get()
+                if isinstance(item, _End):
+                    if item.error is not None:
+                        raise item.error
+                    return item.value
+                yield item
+        finally:
+            job.cancelled = True
+
+    def batch(self, texts: Sequence[str], context: Any) -> list[Any]:
+        """`run_batch` over these texts, possibly merged with other waiting batches."""
+        job = BatchJob(list(texts), context)
+        self._inbox.put(job)
+        self._ensure_running()
+        end = job.out.get()
+        if end.error is not None:
+            raise end.error
+        return end.value
+
+    def close(self) -> None:
+        """Let the thread finish the jobs it holds and exit; a later job starts a new one."""
+        self._inbox.put(_STOP)
+
+    def _take(self, block: bool) -> list:
+        jobs = [self._inbox.get()] if block else []
+        while not self._inbox.empty():
+            jobs.append(self._inbox.get_nowait())
+        return jobs
+
+    def _loop(self) -> None:
+        active: list[StreamJob] = []
+        stopping = False
+        while active or not stopping:
+            stopping = self._admit(active) or stopping
+            active[:] = [job for job in active if self._advance(job)]
+
+    def _admit(self, active: list[StreamJob]) -> bool:
+        """Take the waiting jobs (wait for one when idle), run the batches among them, and
+        add the streams to `active`; True when asked to stop."""
+        jobs = self._take(block=not active)
+        active += [job for job in jobs if isinstance(job, StreamJob)]
+        batches = [job for job in jobs if isinstance(job, BatchJob)]
+        if batches:
+            self._run_batches(batches)
+        return any(job is _STOP for job in jobs)
+
+    def _advance(self, job: StreamJob) -> bool:
+        """One piece of one stream; False once the job has ended (finished, failed, cancelled)."""
+        try:
+            if job.generator is None:
+                job.generator = job.start()
+            if job.cancelled:
+                job.generator.close()
+                return False
+            job.out.put(next(job.generator))
+            return True
+        except StopIteration as done:
+            job.out.put(_End(done.value))
+        except Exception as err:  # noqa: BLE001  delivered to the job's caller, who re-raises
+            job.out.put(_End(error=err))
+        return False
+
+    def _run_batches(self, jobs: list[BatchJob]) -> None:
+        """Merge waiting batches into one; if the merged run fails, run each alone so only
+        the request at fault gets the error."""
+        texts = [t for job in jobs for t in job.texts]
+        try:
+            run_batch = self._run_batch()
+            if run_batch is None:
+                raise RuntimeError("the pipeline that owned this worker is gone")
+            results = run_batch(texts, jobs[0].context)
+        except Exception as err:  # noqa: BLE001
+            if len(jobs) == 1:
+                jobs[0].out.put(_End(error=err))
+            else:
+                for job in jobs:
+                    self._run_batches([job])
+            return
+        for job in jobs:
+            job.out.put(_End(results[: len(job.texts)]))
+            results = results[len(job.texts):]

@@ -1,0 +1,175 @@
+"""One worker owns each pipeline: concurrent requests share it without losing or mixing audio,
+fallbacks are read live, and a listener who leaves frees what their request held."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import lab.engine.graphs as graphs
+from lab.config import ConfigError, load_preset
+from lab.pipeline import Pipeline
+
+TEXTS = ["One small request.", "Another one, a little longer.", "A third. In two sentences."]
+
+
+def consume(stream):
+    chunks = []
+    while True:
+        try:
+            chunks.append(next(stream))
+        except StopIteration as done:
+            return chunks, done.value
+
+
+@pytest.fixture(scope="module")
+def orpheus():
+    return Pipeline(load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 84}))
+
+
+def test_concurrent_requests_each_get_their_own_complete_audio(orpheus):
+    """4 threads x 3 requests each, streamed at once through one pipeline, equal each request
+    run alone with the same seed: none loses a chunk or receives another's. They also join
+    the same continuous batch: some decode steps carry more than one request."""
+    alone = {t: orpheus.synthesize(t).audio for t in TEXTS}
+    stats = orpheus.backend.tts.engine.stats
+    steps, rows = stats.decode_steps, stats.active_rows
+    results: dict[tuple[int, int], tuple[str, np.ndarray, np.ndarray]] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def client(n: int) -> None:
+        try:
+            start.wait()
+            streams = [(t, orpheus.stream(t)) for t in TEXTS]
+            for i, (text, stream) in enumerate(streams):
+                chunks, syn = consume(stream)
+                results[n, i] = (text, np.concatenate([c.audio for c in chunks]), syn.audio)
+        except BaseException as err:  # noqa: BLE001  reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    assert len(results) == 12
+    assert stats.active_rows - rows > stats.decode_steps - steps
+    for text, streamed, whole in results.values():
+        np.testing.assert_array_equal(streamed, whole)
+        assert whole.shape == alone[text].shape
+        np.testing.assert_allclose(whole, alone[text], atol=1e-4)
+
+
+def test_a_stream_closed_early_frees_its_slot(orpheus):
+    stream = orpheus.stream(TEXTS[1])
+    next(stream)
+    stream.close()
+    assert orpheus.synthesize(TEXTS[0]).metrics.total_ms > 0  # the worker has moved on
+    tts = orpheus.backend.tts
+    assert not tts.engine.has_unfinished() and not tts.utterances
+
+
+def test_per_request_counts_travel_with_the_request(orpheus):
+    one = orpheus.synthesize(TEXTS[0]).metrics
+    again = orpheus.synthesize(TEXTS[0]).metrics
+    assert one.tokens_per_second and again.tokens_per_second
+    assert len(one.step_ms) == len(again.step_ms) > 0
+    assert not hasattr(orpheus.backend, "tokens") and not hasattr(orpheus.backend.tts, "timer")
+
+
+def test_a_failure_at_load_reaches_the_first_requests_fallbacks(monkeypatch):
+    """Compile and capture happen at load (warm-up), so a failure there is recorded before any
+    request, and the first request's own result says so."""
+
+    def broken(self, bucket):
+        raise RuntimeError("forced capture failure")
+
+    monkeypatch.setattr(graphs.GraphedDecoder, "_run_padded", broken)
+    pipe = Pipeline(load_preset("orpheus-tiny-cpu", compile="default", batch_size=1,
+                                sampling={"max_tokens": 14}))
+    assert any("forced capture failure" in f for f in pipe.fallbacks)
+    first = pipe.synthesize("Hello.")
+    assert any("forced capture failure" in f and "decoding eagerly" in f
+               for f in first.fallbacks)
+
+
+def test_piper_batches_from_two_threads_are_merged_and_stay_separate(voice_pipeline):
+    texts = ["Short one.", "A rather longer sentence for the second caller."]
+    alone = [voice_pipeline.synthesize_batch([t])[0].audio for t in texts]
+    got: dict[int, np.ndarray] = {}
+
+    def client(i: int) -> None:
+        got[i] = voice_pipeline.synthesize_batch([texts[i]])[0].audio
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    for i, audio in enumerate(alone):
+        np.testing.assert_allclose(got[i], audio, atol=1e-4)
+
+
+def test_a_bad_request_fails_alone(orpheus):
+    from lab.frontend import TextError
+
+    with pytest.raises(TextError):
+        orpheus.synthesize_batch(["  "])
+    assert orpheus.synthesize(TEXTS[0]).audio.size > 0
+
+
+@pytest.mark.parametrize(("family", "knob", "value"), [
+    ("piper-vits", "cuda_graphs", True), ("piper-vits", "kv_cache", "none"),
+    ("orpheus", "noise_scale", 0.3)])
+def test_a_knob_the_family_cannot_honour_is_refused_with_its_reason(family, knob, value):
+    from lab.models.registry import family as declared
+
+    preset = "cpu-default" if family == "piper-vits" else "orpheus-tiny-cpu"
+    with pytest.raises(ConfigError, match=f"{knob} does not apply to {family}") as err:
+        Pipeline(load_preset(preset, **{knob: value}))
+    assert declared(family).unsupported[knob] in str(err.value)
+
+
+def test_a_dropped_pipeline_is_freed_and_its_worker_exits():
+    """An idle worker holds no strong reference to its pipeline, so dropping the pipeline frees
+    its model (benchmarks build one pipeline after another) and ends the thread."""
+    import gc
+    import weakref
+
+    pipe = Pipeline(load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 14}))
+    pipe.synthesize("Hello.")
+    consume(pipe.stream("Hello."))
+    thread = pipe._worker._thread
+    gone = weakref.ref(pipe)
+    del pipe
+    gc.collect()
+    assert gone() is None
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_resolved_config_shows_what_ran_after_a_fallback(monkeypatch):
+    def broken(self, bucket):
+        raise RuntimeError("forced capture failure")
+
+    monkeypatch.setattr(graphs.GraphedDecoder, "_run_padded", broken)
+    pipe = Pipeline(load_preset("orpheus-tiny-cpu", compile="default", quant="int4-weight",
+                                batch_size=1, sampling={"max_tokens": 14}))
+    ran = pipe.resolved
+    assert (ran.compile, ran.cuda_graphs) == ("none", False)
+    assert ran.quant == "int8-weight"  # int4 needs a CUDA GPU
+    assert pipe.config.quant == "int4-weight"
+
+
+def test_a_stream_without_audio_ends_with_a_note_not_an_error():
+    from lab.pipeline import NO_AUDIO
+
+    pipe = Pipeline(load_preset("orpheus-tiny-cpu", sampling={"temperature": 0.0,
+                                                              "max_tokens": 42}))
+    results = [consume(pipe.stream(t))[1] for t in [*TEXTS, "A second line that is longer."]]
+    silent = [r for r in results if r.audio.size == 0]
+    assert silent, "greedy random weights end some sentences at once"
+    assert all(NO_AUDIO in r.warnings for r in silent)
+    assert all(NO_AUDIO not in r.warnings for r in results if r.audio.size)
