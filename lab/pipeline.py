@@ -9,6 +9,7 @@ same numbers.
 
 from __future__ import annotations
 
+import statistics
 import time
 import weakref
 from collections.abc import Generator, Iterator
@@ -53,6 +54,16 @@ class SynthesisMetrics:
     def ms_per_step(self) -> float | None:
         return sum(self.step_ms) / len(self.step_ms) if self.step_ms else None
 
+    @property
+    def step_quarters(self) -> tuple[float, float] | None:
+        """Median step time over the first and the last quarter of the utterance: without a
+        KV cache the second is larger, since every step recomputes a longer prefix. Medians,
+        so a step stalled by another thread does not decide the comparison."""
+        if not self.step_ms:
+            return None
+        n = max(1, len(self.step_ms) // 4)
+        return statistics.median(self.step_ms[:n]), statistics.median(self.step_ms[-n:])
+
 
 @dataclass
 class Synthesis:
@@ -70,6 +81,16 @@ class AudioChunk:
     index: int
     elapsed_ms: float
     sample_rate: int
+
+
+def drain(stream: Generator[AudioChunk, None, Synthesis]) -> tuple[list[AudioChunk], Synthesis]:
+    """Every chunk of a `Pipeline.stream`, and the Synthesis it returns at the end."""
+    chunks = []
+    while True:
+        try:
+            chunks.append(next(stream))
+        except StopIteration as done:
+            return chunks, done.value
 
 
 def _timing(timer: StageTimer) -> tuple[dict[str, float], float]:
@@ -217,12 +238,7 @@ class Pipeline:
         """Whole-utterance synthesis; streams internally when the config asks for streaming."""
         if not self.config.stream:
             return self.synthesize_batch([text])[0]
-        stream = self.stream(text)
-        while True:
-            try:
-                next(stream)
-            except StopIteration as done:
-                return done.value
+        return drain(self.stream(text))[1]
 
     def synthesize_batch(self, texts: list[str]) -> list[Synthesis]:
         """Several texts at once, their sentences batched by the backend.

@@ -65,7 +65,7 @@ class Worker:
 
     def _ensure_running(self) -> None:
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
 
@@ -111,6 +111,16 @@ class Worker:
         while active or not stopping:
             stopping = self._admit(active) or stopping
             active[:] = [job for job in active if self._advance(job)]
+        self._exit()
+
+    def _exit(self) -> None:
+        """Leave, unless a job arrived after the last look at the inbox: its caller saw this
+        thread alive and started none, so a successor takes it."""
+        with self._lock:
+            self._thread = None
+            waiting = not self._inbox.empty()
+        if waiting:
+            self._ensure_running()
 
     def _admit(self, active: list[StreamJob]) -> bool:
         """Take the waiting jobs (wait for one when idle), run the batches among them, and

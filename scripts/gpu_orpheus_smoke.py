@@ -19,19 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from lab.config import load_preset
-from lab.pipeline import Pipeline
+from lab.pipeline import Pipeline, drain
 
 TEXTS = ["The first stream starts here.", "A second voice joins the batch.",
          "Third request, a little longer than the others.", "Four."] * 2
-
-
-def consume(stream):
-    chunks = []
-    while True:
-        try:
-            chunks.append(next(stream))
-        except StopIteration as done:
-            return chunks, done.value
 
 
 def batch_and_stream(pipe: Pipeline) -> dict:
@@ -55,7 +46,7 @@ def concurrent(pipe: Pipeline, threads: int = 4, each: int = 2) -> dict:
 
     def client(n: int) -> None:
         for text in TEXTS[n::threads][:each]:
-            chunks, syn = consume(pipe.stream(text))
+            chunks, syn = drain(pipe.stream(text))
             joined = np.concatenate([c.audio for c in chunks])
             complete.append(bool(syn.audio.size) and np.array_equal(joined, syn.audio))
             ttfb.append(syn.metrics.ttfb_ms)
@@ -77,10 +68,9 @@ def kv_modes() -> dict:
                                     cuda_graphs=mode == "static",
                                     sampling={"temperature": 0.0, "max_tokens": 210}))
         m = pipe.synthesize("A sentence to time every decode step with.").metrics
-        quarter = max(1, len(m.step_ms) // 4)
+        first, last = m.step_quarters
         out[mode] = {"steps": len(m.step_ms), "ms_per_step": m.ms_per_step,
-                     "first_quarter_median_ms": statistics.median(m.step_ms[:quarter]),
-                     "last_quarter_median_ms": statistics.median(m.step_ms[-quarter:]),
+                     "first_quarter_median_ms": first, "last_quarter_median_ms": last,
                      "kv_cache": pipe.memory_facts()["KV cache"], "fallbacks": pipe.fallbacks}
         pipe.close()
     return out

@@ -8,18 +8,9 @@ import pytest
 
 import lab.engine.graphs as graphs
 from lab.config import ConfigError, load_preset
-from lab.pipeline import Pipeline
+from lab.pipeline import Pipeline, drain
 
 TEXTS = ["One small request.", "Another one, a little longer.", "A third. In two sentences."]
-
-
-def consume(stream):
-    chunks = []
-    while True:
-        try:
-            chunks.append(next(stream))
-        except StopIteration as done:
-            return chunks, done.value
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +34,7 @@ def test_concurrent_requests_each_get_their_own_complete_audio(orpheus):
             start.wait()
             streams = [(t, orpheus.stream(t)) for t in TEXTS]
             for i, (text, stream) in enumerate(streams):
-                chunks, syn = consume(stream)
+                chunks, syn = drain(stream)
                 results[n, i] = (text, np.concatenate([c.audio for c in chunks]), syn.audio)
         except BaseException as err:  # noqa: BLE001  reported by the main thread
             errors.append(err)
@@ -140,7 +131,7 @@ def test_a_dropped_pipeline_is_freed_and_its_worker_exits():
 
     pipe = Pipeline(load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 14}))
     pipe.synthesize("Hello.")
-    consume(pipe.stream("Hello."))
+    drain(pipe.stream("Hello."))
     thread = pipe._worker._thread
     gone = weakref.ref(pipe)
     del pipe
@@ -168,7 +159,7 @@ def test_a_stream_without_audio_ends_with_a_note_not_an_error():
 
     pipe = Pipeline(load_preset("orpheus-tiny-cpu", sampling={"temperature": 0.0,
                                                               "max_tokens": 42}))
-    results = [consume(pipe.stream(t))[1] for t in [*TEXTS, "A second line that is longer."]]
+    results = [drain(pipe.stream(t))[1] for t in [*TEXTS, "A second line that is longer."]]
     silent = [r for r in results if r.audio.size == 0]
     assert silent, "greedy random weights end some sentences at once"
     assert all(NO_AUDIO in r.warnings for r in silent)

@@ -26,8 +26,7 @@ from lab.engine.llm import call_block, call_head
 from lab.quant.compile import COMPILED_MODES, inductor_mode
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-COMPILE_MODES = COMPILED_MODES
-MODES = ("eager", "cuda-graph", *COMPILE_MODES)
+MODES = ("eager", "cuda-graph", *COMPILED_MODES)
 
 
 class GraphedDecoder:
@@ -77,7 +76,7 @@ class GraphedDecoder:
 
     def _decode_fn(self):
         model, cache = self.model, self.cache
-        if self.mode not in COMPILE_MODES:
+        if self.mode not in COMPILED_MODES:
             return lambda tokens, positions: model(tokens, positions, cache)
         _allow_recompiles(4 * len(self.buckets) + 16)
         options = dict(mode=inductor_mode(self.mode), fullgraph=True, dynamic=False)

@@ -35,13 +35,9 @@ class StageTimer:
             return float(start.elapsed_time(end))
         return (end - start) * 1000.0
 
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str):
         """Time a block; repeated names (e.g. one per streamed chunk) add up."""
-        with torch.profiler.record_function(name):
-            start = self._mark()
-            yield
-            self._events.append((name, start, self._mark()))
+        return shared_stage((self,), name)
 
     def intervals(self, name: str) -> list[float]:
         """Milliseconds of each occurrence of one stage, in order (a per-step curve)."""
@@ -78,7 +74,7 @@ def shared_stage(timers: Sequence[StageTimer], name: str) -> Iterator[None]:
     if not timers:
         yield
         return
-    clock = timers[0]
+    clock = timers[0]  # every timer of one device marks time the same way
     with torch.profiler.record_function(name):
         start = clock._mark()
         yield

@@ -149,7 +149,6 @@ class OrpheusBackend:
         self.tts, self.precision = build_tts(config, device)
         self.sample_rate = self.tts.sample_rate
         self.model = self.tts.engine.runner.model
-        self.model_device = device
         self.kv_cache = self.tts.engine.runner.cache
 
     @classmethod
@@ -167,9 +166,9 @@ class OrpheusBackend:
     def applied(self) -> dict[str, object]:
         """Precision as the plan applied it, and the decode step as it runs now: a graph or
         compile failure at load turns the step eager."""
-        decoder = self.tts.engine.runner.decoder
-        mode = "eager" if decoder is None else decoder.mode
-        captured = mode == "cuda-graph" or (mode != "eager" and self.model_device.type == "cuda")
+        runner = self.tts.engine.runner
+        mode = "eager" if runner.decoder is None else runner.decoder.mode
+        captured = mode == "cuda-graph" or (mode != "eager" and runner.device.type == "cuda")
         compiled = mode not in ("eager", "cuda-graph")
         return {"dtype": self.precision.dtype, "quant": self.precision.quant,
                 "compile": mode if compiled else "none", "cuda_graphs": captured}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import queue
 import shutil
-import statistics
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -44,14 +43,6 @@ def metrics_markdown(syn: Synthesis, chunks: int) -> str:
     )
 
 
-def _quarter_medians(step_ms: list[float]) -> tuple[float, float]:
-    """Median step time over the first and the last quarter of the utterance: without a KV
-    cache the second is larger, since every step recomputes a longer prefix. Medians, so a
-    step stalled by another thread does not decide the comparison."""
-    n = max(1, len(step_ms) // 4)
-    return statistics.median(step_ms[:n]), statistics.median(step_ms[-n:])
-
-
 def engine_markdown(pipe: Pipeline, syn: Synthesis) -> str:
     """Decode-step costs and the KV cache, side by side, for comparing engine settings."""
     if not pipe.family.autoregressive:
@@ -61,7 +52,7 @@ def engine_markdown(pipe: Pipeline, syn: Synthesis) -> str:
     tps = "n/a" if m.tokens_per_second is None else f"{m.tokens_per_second:.1f}"
     if not m.step_ms:
         return f"**Decode steps:** none ran. Tokens / s: {tps}. KV cache: {kv}."
-    first, last = _quarter_medians(m.step_ms)
+    first, last = m.step_quarters
     return (
         "| decode steps | ms / step | first ¼ (median) | last ¼ (median) | tokens / s "
         "| KV cache |\n"
