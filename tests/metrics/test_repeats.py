@@ -1,0 +1,34 @@
+import pytest
+import torch
+
+from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
+
+
+def test_spread_reports_median_and_range():
+    s = Spread.of([3.0, 1.0, 2.0, 10.0])
+    assert (s.median, s.low, s.high, s.n) == (2.5, 1.0, 10.0, 4)
+    assert s.format(0) == "2 (1-10, n=4)"
+    assert s.relative_range == pytest.approx(9 / 2.5)
+
+
+def test_spread_of_nothing_is_an_error():
+    with pytest.raises(ValueError, match="at least one"):
+        Spread.of([])
+
+
+def test_timed_repeats_runs_warmup_untimed_and_keeps_results():
+    calls = []
+    spread, results = timed_repeats(lambda: calls.append(1) or len(calls), repeats=3, warmup=2)
+    assert len(calls) == 5 and results == [3, 4, 5] and spread.n == 3
+    with pytest.raises(ValueError, match="repeats"):
+        timed_repeats(lambda: None, repeats=0)
+
+
+def test_pinned_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    with pinned_threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        with pinned_threads(0):
+            pass
