@@ -16,8 +16,8 @@ install:
 
 install-test: install
 	$(PIP) install -e ".[test]"
-	@command -v chromium >/dev/null && command -v ffmpeg >/dev/null || \
-		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium ffmpeg)
+	@command -v chromium >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
 
 app: install
 	$(PYTHON) app.py

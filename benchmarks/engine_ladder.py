@@ -4,8 +4,14 @@ static KV cache replayed as a CUDA graph, then the same step at lower weight pre
     python benchmarks/engine_ladder.py                 # orpheus-3b shape, dummy bf16 weights, GPU
     python benchmarks/engine_ladder.py --smoke         # tiny shapes on CPU, seconds
 
-Prints markdown tables and writes engine_ladder.json + .md to --out. Dummy weights make noise,
-not speech: these runs measure speed (the kernels do not care what the weights are).
+Prints markdown tables and writes engine_ladder.json + .md (or --stem) to --out. Dummy weights
+make noise, not speech: these runs measure speed (the kernels do not care what the weights are).
+
+Every timed run repeats its generation `--repeats` times after a warm-up: ms/step is the median
+run's median step, with the min-max over runs. Each quantized row is compared with the plain
+dtype at the same decode mode and batch size, measured in the same run (its baseline job is
+added when not asked for). Hand-written remarks live in the JSON's `anomalies` and `notes`
+lists; `--render` rewrites the markdown from the JSON alone.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from lab.engine import (
     load_lm,
     to_hf_model,
 )
+from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
 from lab.quant import apply_precision
 
 RUNGS = ("transformers generate", "lab eager, dynamic cache", "lab eager, static cache",
@@ -66,15 +73,26 @@ def parse_args(argv):
                    help="compile mode of the ladder's last rung")
     p.add_argument("--ladder-compile-batches", type=int, nargs="+", default=[1, 64])
     p.add_argument("--skip-hf", action="store_true")
+    p.add_argument("--repeats", type=int, default=3, help="timed generations per row")
+    p.add_argument("--threads", type=int, help="intra-op threads (default: torch's)")
     p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--stem", help="output file stem (default engine_ladder)")
+    p.add_argument("--views", nargs="*", default=[],
+                   help="STEM:BATCHES: also write STEM.{json,md} with the precision rows of "
+                        "these batch sizes only (the same run)")
+    p.add_argument("--render", action="store_true",
+                   help="rewrite <stem>.md from <stem>.json; measure nothing")
     p.add_argument("--smoke", action="store_true", help="tiny shape on CPU in seconds")
     args = p.parse_args(argv)
+    if args.ladder_compile == "none":  # no compiled rung in this run
+        args.ladder_compile_batches = []
     if args.smoke:
         args.shape, args.device, args.dtype = "tiny-llama", "cpu", "fp32"
         args.batches, args.prompt_len, args.steps, args.max_len = [1, 2], 4, 4, 16
         args.nocache_lengths, args.quant_batches = [8, 16, 32], [1]
         args.quants = ["none", "int8-weight", "int4-weight", "fp8"]
         args.compile, args.ladder_compile, args.ladder_compile_batches = [], "eager", [1, 2]
+        args.repeats, args.threads = 1, 1
     return args
 
 
@@ -124,20 +142,30 @@ def graphed(lm, batch, max_len, mode="cuda-graph"):
     return dec
 
 
+def repeated(gen, repeats: int):
+    """`gen()` (one timed generation) `repeats` times: the median run's result and the spread
+    of the runs' median step times."""
+    _, runs = timed_repeats(gen, repeats=repeats, warmup=0)
+    spread = Spread.of([r.ms_per_step for r in runs])
+    return sorted(runs, key=lambda r: r.ms_per_step)[(len(runs) - 1) // 2], spread
+
+
 def run_rung(rung, lm, hf, prompt, args):
-    """Warm up once (allocator, cuBLAS heuristics, capture), then time `args.steps` steps."""
-    steps = args.steps
+    """Warm up once (allocator, cuBLAS heuristics, capture), then time `args.steps` steps,
+    `args.repeats` times."""
+    steps, n = args.steps, args.repeats
     if rung == RUNGS[0]:
         hf_generate(hf, prompt, 3)
-        return hf_generate(hf, prompt, steps), []
+        return (*repeated(lambda: hf_generate(hf, prompt, steps), n), [])
     if rung in RUNGS[3:]:
         dec = graphed(lm, prompt.shape[0], args.max_len, "cuda-graph" if rung == RUNGS[3] else
                       args.ladder_compile)
         generate(lm, prompt, 3, "static", decoder=dec)
-        return generate(lm, prompt, steps, "static", decoder=dec), dec.fallbacks
+        return (*repeated(lambda: generate(lm, prompt, steps, "static", decoder=dec), n),
+                dec.fallbacks)
     mode = "dynamic" if rung == RUNGS[1] else "static"
     generate(lm, prompt, 3, mode, max_len=args.max_len)
-    return generate(lm, prompt, steps, mode, max_len=args.max_len), []
+    return (*repeated(lambda: generate(lm, prompt, steps, mode, max_len=args.max_len), n), [])
 
 
 def ladder(lm, args, device):
@@ -157,7 +185,7 @@ def ladder(lm, args, device):
             if rung == RUNGS[4] and batch not in args.ladder_compile_batches:
                 continue
             try:
-                res, fallbacks = run_rung(rung, lm, hf, prompt, args)
+                res, spread, fallbacks = run_rung(rung, lm, hf, prompt, args)
             except Exception as err:
                 rows.append({"batch": batch, "rung": rung,
                              "error": f"{type(err).__name__}: {str(err)[:300]}"})
@@ -166,7 +194,8 @@ def ladder(lm, args, device):
             tokens[rung] = res.tokens
             base = base or (res.ms_per_step if rung == RUNGS[0] else None)
             rows.append({**res.summary(), "rung": rung, "fallbacks": fallbacks,
-                         "speedup_vs_transformers": base / res.ms_per_step if base else None})
+                         "speedup_vs_transformers": base / res.ms_per_step if base else None,
+                         "ms_per_step_spread": spread.to_dict()})
             _free()
         ref = tokens.get(RUNGS[2])
         for row in rows:
@@ -185,10 +214,11 @@ def cudnn_ablation(lm, hf, prompt, args, base):
     torch.backends.cuda.enable_cudnn_sdp(False)
     try:
         for rung in RUNGS[:2] if hf is not None else RUNGS[1:2]:
-            res, _ = run_rung(rung, lm, hf, prompt, args)
+            res, spread, _ = run_rung(rung, lm, hf, prompt, args)
             rows.append({**res.summary(), "rung": f"{rung} (cuDNN attention off)",
                          "fallbacks": [], "speedup_vs_transformers":
-                         base / res.ms_per_step if base else None})
+                         base / res.ms_per_step if base else None,
+                         "ms_per_step_spread": spread.to_dict()})
     except Exception as err:
         rows.append({"batch": 1, "rung": "cuDNN attention off", "error": f"{err}"[:300]})
     finally:
@@ -230,18 +260,26 @@ def quality(lm, probe, ref):
     return ref, rel, (out.argmax(-1) == ref.argmax(-1)).float().mean().item()
 
 
-def time_decode(lm, mode, batch, args, vocab, device) -> dict:
+class NotTimed(RuntimeError):
+    """A run whose result would not be a measurement of what its row names."""
+
+
+def time_decode(lm, mode, batch, args, vocab, device, quant="none") -> dict:
     """Capture (and compile) the decode step for one batch size, then time a generation."""
     # Drawn on the CPU: a capture that failed can leave the GPU's generator unusable.
     prompt = torch.randint(0, vocab, (batch, args.prompt_len)).to(device)
     t0 = time.perf_counter()
     dec = graphed(lm, batch, args.max_len, mode)
     setup_s = time.perf_counter() - t0
+    if quant in COMPILED_ONLY and dec.mode == "eager" and device.type == "cuda":
+        raise NotTimed(f"not timed: {'; '.join(dec.fallbacks)}; {quant} eagerly is a "
+                       "host-synchronising path (about 1 s/step), not a result")
     generate(lm, prompt, 3, "static", decoder=dec)
-    out = generate(lm, prompt, args.steps, "static", decoder=dec)
+    out, spread = repeated(lambda: generate(lm, prompt, args.steps, "static", decoder=dec),
+                           args.repeats)
     return {"setup_s": setup_s, "ms_per_step": out.ms_per_step,
             "tokens_per_second": out.tokens_per_second, "decode_fallbacks": dec.fallbacks,
-            "decode_mode_used": dec.mode}
+            "decode_mode_used": dec.mode, "ms_per_step_spread": spread.to_dict()}
 
 
 def quantize_measured(lm, dtype, quant, device):
@@ -260,13 +298,55 @@ def quantize_measured(lm, dtype, quant, device):
 
 def _jobs(args, device) -> list[tuple[str, str, int]]:
     """(quant, decode mode, batch): every quant under a plain CUDA graph first (cheap), then
-    the compiled runs in the order given, which is their priority under --budget-s."""
+    the compiled runs in the order given, which is their priority under --budget-s. A compiled
+    quantized run whose plain-dtype baseline (same mode and batch) was not asked for gets it,
+    placed first, so that every quantized row has its baseline from the same run."""
     skip = COMPILED_ONLY if device.type == "cuda" else ()
     jobs = [(q, "cuda-graph", b) for q in args.quants if q not in skip for b in args.quant_batches]
+    compiled = []
     for spec in args.compile:
         quant, mode, batches = spec.split(":")
-        jobs += [(quant, mode, int(b)) for b in batches.split(",")]
+        compiled += [(quant, mode, int(b)) for b in batches.split(",")]
+    baselines = [("none", m, b) for q, m, b in compiled if q != "none"]
+    for job in [*baselines, *compiled]:
+        if job not in jobs:
+            jobs.append(job)
     return jobs
+
+
+def with_baselines(rows: list[dict], ladder_rows=(), ladder_mode: str = "") -> list[dict]:
+    """Each row's speed-up over the plain dtype at the same decode mode and batch size: the
+    precision table's own plain rows first, else the ladder's graphed rungs (same run, same
+    static cache and steps)."""
+    base = {}
+    for r in ladder_rows:
+        mode = {RUNGS[3]: "cuda-graph", RUNGS[4]: ladder_mode}.get(r["rung"])
+        if mode and r.get("ms_per_step"):
+            base[(mode, r["batch"])] = r["ms_per_step"]
+    base.update({(r["decode"], r["batch"]): r["ms_per_step"] for r in rows
+                 if r["quant"] == "none" and r.get("ms_per_step")})
+    for r in rows:
+        ref = base.get((r["decode"], r["batch"]))
+        r["baseline_ms_per_step"] = ref
+        r["speedup_vs_base"] = ref / r["ms_per_step"] if ref and r.get("ms_per_step") else None
+    return rows
+
+
+def int_mm_probe(device) -> list[dict]:
+    """torch._int_mm (what int8-dynamic compiles to) at a few row counts: where it runs."""
+    if device.type != "cuda":
+        return []
+    rows = []
+    b = torch.randint(-8, 8, (3072, 3072), dtype=torch.int8, device=device)
+    for m in (1, 8, 16, 17, 32, 64):
+        a = torch.randint(-8, 8, (m, 3072), dtype=torch.int8, device=device)
+        try:
+            torch._int_mm(a, b)
+            torch.cuda.synchronize()
+            rows.append({"rows": m, "runs": True, "error": None})
+        except RuntimeError as err:
+            rows.append({"rows": m, "runs": False, "error": str(err).splitlines()[0][:200]})
+    return rows
 
 
 class _Weights:
@@ -310,7 +390,7 @@ def precision(args, device, bandwidth, start, save):
         lm, info = weights.get(quant)
         row = {**info, "batch": batch, "decode": mode}
         try:
-            row.update(time_decode(lm, mode, batch, args, vocab, device))
+            row.update(time_decode(lm, mode, batch, args, vocab, device, quant))
             row["achieved_GBps"] = info["streamed_bytes"] / row["ms_per_step"] / 1e6
             row["floor_ms"] = info["streamed_bytes"] / bandwidth * 1e3 if bandwidth else None
         except Exception as err:
@@ -331,18 +411,28 @@ def _fmt(x, spec=".2f"):
     return "-" if x is None else format(x, spec)
 
 
+def _span(row) -> str:
+    s = row.get("ms_per_step_spread")
+    return "" if not s or s["n"] < 2 else f" ({s['min']:.2f}-{s['max']:.2f})"
+
+
 def _ladder_md(report) -> list[str]:
     a = report["args"]
-    lines = ["## Decode ladder", "",
-             f"Prompt of {a['prompt_len']} tokens, then {a['steps']} greedy decode steps timed "
-             f"(median step); static caches hold {a['max_len']} positions per slot and attention "
-             "reads all of them. 'tokens = static eager': same greedy tokens as the lab's eager "
-             "static rung (in bf16, different kernels may flip near-ties on dummy weights).", "",
-             "| batch | rung | ms/step | tokens/s | x transformers | "
-             "tokens = static eager | notes |", "|---" * 7 + "|"]
+    lines = ["## Decode ladder", ""]
+    if report.get("ladder_note"):
+        lines += ["> " + line for line in report["ladder_note"]] + [""]
+    lines += [f"Prompt of {a['prompt_len']} tokens, then {a['steps']} greedy decode steps timed "
+              f"(median step); static caches hold {a['max_len']} positions per slot and "
+              "attention reads all of them. 'tokens = static eager': same greedy tokens as the "
+              "lab's eager static rung (in bf16, different kernels may flip near-ties on dummy "
+              "weights).", "",
+              "| batch | rung | ms/step | tokens/s | x transformers | "
+              "tokens = static eager | notes |", "|---" * 7 + "|"]
+    if report["ladder"] and not report["ladder"][0].get("ms_per_step_spread"):
+        lines.insert(-3, "One timed generation per rung (no repeats in this run).\n")
     for r in report["ladder"]:
         notes = r.get("error") or "; ".join(r.get("fallbacks", []))
-        lines.append(f"| {r['batch']} | {r['rung']} | {_fmt(r.get('ms_per_step'))} | "
+        lines.append(f"| {r['batch']} | {r['rung']} | {_fmt(r.get('ms_per_step'))}{_span(r)} | "
                      f"{_fmt(r.get('tokens_per_second'), '.0f')} | "
                      f"{_fmt(r.get('speedup_vs_transformers'), '.1f')} | "
                      f"{r.get('tokens_match_static_eager', '-')} | {notes} |")
@@ -355,14 +445,19 @@ def _nocache_md(nc) -> list[str]:
     lines = ["", "## No cache: each step recomputes the prefix (batch 1)", "",
              "| context | ms/step |", "|---|---|"]
     lines += [f"| {r['context']} | {r['ms_per_step']:.2f} |" for r in nc["rows"]]
+    few = len(nc["rows"]) < 4
     return lines + ["", f"Fitted exponent (ms ~ context^k): k = {nc['exponent_all']:.2f} over "
                     f"all lengths, {nc['exponent_upper_half']:.2f} over the longer half. A whole "
-                    "generation of n tokens without a cache costs about n^(1+k)."]
+                    "generation of n tokens without a cache costs about n^(1+k)."
+                    + (f" Only {len(nc['rows'])} lengths: read k as a description of these "
+                       "points, not as a trend." if few else "")]
 
 
 def _profile_md(prof) -> list[str]:
     lines = []
     for name, p in (prof or {}).items():
+        if p is None:
+            continue
         lines += ["", f"## Where a batch-1 step goes: {name} (GPU kernels, profiler)", "",
                   f"{p['launches_per_step']} kernel launches, {p['kernel_ms_per_step']:.2f} ms of "
                   "kernel time per step.", "", "| kernel | calls/step | ms/step |", "|---|---|---|"]
@@ -370,7 +465,9 @@ def _profile_md(prof) -> list[str]:
     return lines
 
 
-def _precision_md(rows) -> list[str]:
+def _precision_md(report) -> list[str]:
+    rows = with_baselines([dict(r) for r in report["precision"]], report["ladder"],
+                          report["args"].get("ladder_compile", ""))
     lines = ["", "## Precision (decode step, static cache)", "",
              "'linear err': one quantized layer against its float weights (the kernel's own "
              "error). 'logit err' and 'top-1': whole-model logits against the plain dtype; with "
@@ -378,9 +475,12 @@ def _precision_md(rows) -> list[str]:
              "upper bounds, and judge real quality on real weights. int8-dynamic runs compiled "
              "only: torchao's eager int8 x int8 matmul reads its input back to the host on every "
              "call, which a CUDA graph cannot capture. Compiled runs compile one block and the "
-             "head (regional), then capture the whole step as one CUDA graph.", "",
+             "head (regional), then capture the whole step as one CUDA graph. 'x base': the "
+             "plain dtype's ms/step at the same decode mode and batch size, from the same run, "
+             "over this row's ('-': no such baseline ran); where the precision table has no plain "
+             "row, the ladder's graphed rung of that mode and batch is the baseline.", "",
              "| quant | applied | decode | batch | weight GB | streamed GB | ms/step | tokens/s |"
-             " GB/s | linear err | logit err | top-1 | notes |", "|---" * 13 + "|"]
+             " x base | GB/s | linear err | logit err | top-1 | notes |", "|---" * 14 + "|"]
     for r in rows:
         notes = r.get("error") or "; ".join(r["fallbacks"] + r.get("decode_fallbacks", []))
         if r["skipped"]:
@@ -388,25 +488,70 @@ def _precision_md(rows) -> list[str]:
         lines.append(
             f"| {r['quant']} | {r['applied']} | {r.get('decode_mode_used', r['decode'])} | "
             f"{r['batch']} | {r['weight_bytes'] / 1e9:.2f} | {r['streamed_bytes'] / 1e9:.2f} | "
-            f"{_fmt(r.get('ms_per_step'))} | {_fmt(r.get('tokens_per_second'), '.0f')} | "
+            f"{_fmt(r.get('ms_per_step'))}{_span(r)} | "
+            f"{_fmt(r.get('tokens_per_second'), '.0f')} | "
+            f"{_fmt(r.get('speedup_vs_base'))} | "
             f"{_fmt(r.get('achieved_GBps'), '.0f')} | {_fmt(r['linear_rel_err'], '.4f')} | "
             f"{_fmt(r['rel_err_vs_base'], '.3f')} | "
             f"{_fmt(r['top1_vs_base'])} | {notes} |")
     return lines
 
 
+WEIGHTS = "dummy (random) weights: speed only, never quality"
+
+
+def _header(report) -> list[str]:
+    """What a reader needs before a number: device, weights, repeats, baseline, anomalies."""
+    a = report["args"]
+    repeats = a.get("repeats", 1)
+    lines = [f"- Device: {report['device']}; torch {report['torch']}, transformers "
+             f"{report['transformers']}, torchao {report['torchao']}; threads "
+             f"{report.get('threads') or 'not recorded'}",
+             f"- Weights: shape {report['shape']} ({report['dtype']}), {WEIGHTS}",
+             f"- Repeats: {repeats} timed generation(s) of {a['steps']} steps per row after a "
+             "warm-up; ms/step is the median run's median step"
+             + (", with the min-max over runs in brackets" if repeats > 1 else ""),
+             "- Baseline: " + report.get("baseline", _baseline(report))]
+    if report.get("view_of"):
+        lines.append(f"- This file: {report['view_of']}")
+    anomalies = report.get("anomalies") or []
+    lines.append("- Anomalies:" + (" none seen" if not anomalies else ""))
+    lines += [f"  - {x}" for x in anomalies]
+    return lines
+
+
+def _baseline(report) -> str:
+    rungs = {r["rung"] for r in report["ladder"] if "ms_per_step" in r}
+    ladder = ("ladder: 'x transformers' divides by transformers `generate` in this run"
+              if RUNGS[0] in rungs else "ladder: transformers was not run (no 'x transformers')")
+    return (f"{ladder}; precision: each quantized row against the plain dtype at the same "
+            "decode mode and batch size, same run ('x base')")
+
+
 def to_markdown(report) -> str:
-    lines = [f"Command: `{report['command']}`", "",
-             f"Device: {report['device']}; torch {report['torch']}, transformers "
-             f"{report['transformers']}, torchao {report['torchao']}; shape {report['shape']} "
-             f"({report['dtype']}, dummy weights: speed only)", ""]
+    lines = [f"Command: `{report['command']}`", "", *_header(report), ""]
     if report.get("floor_ms"):
         lines += [f"Weight-streaming floor at batch 1: {report['streamed_GB']:.2f} GB / "
                   f"{report['bandwidth_GBps']:.0f} GB/s = {report['floor_ms']:.2f} ms/step", ""]
     lines += _ladder_md(report) + _nocache_md(report["nocache"]) + _profile_md(report["profile"])
-    lines += _precision_md(report["precision"])
+    lines += _precision_md(report)
+    if report.get("int_mm"):
+        lines += ["", "## torch._int_mm by row count (what compiled int8-dynamic calls)", "",
+                  "| rows | runs | error |", "|---|---|---|"]
+        lines += [f"| {r['rows']} | {r['runs']} | {r['error'] or ''} |" for r in report["int_mm"]]
     lines += ["", "## Targets", ""] + [f"- {t}" for t in report.get("targets", [])]
+    if report.get("notes"):
+        lines += ["", "## Run notes", ""] + [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def view(report, batches: list[int], stem: str) -> dict:
+    """The same run with the precision rows of `batches` only."""
+    kept = [r for r in report["precision"] if r["batch"] in batches]
+    return {**report, "precision": kept,
+            "view_of": f"the batch {','.join(map(str, batches))} precision rows of the run "
+                       f"written to `{report.get('stem', 'engine_ladder')}.md` (same command, "
+                       f"same process); the other sections are that run's too"}
 
 
 def targets(report):
@@ -440,10 +585,11 @@ def profile_step(lm, args, device):
                           device)
     tok = torch.zeros(1, 1, dtype=torch.long, device=device)
     pos = torch.full((1, 1), args.prompt_len, device=device)
-    options = dict(mode=args.ladder_compile, fullgraph=True, dynamic=False)
-    variants = {"eager": (call_block, call_head),
-                "compiled": (torch.compile(call_block, **options),
-                             torch.compile(call_head, **options))}
+    variants = {"eager": (call_block, call_head)}
+    if args.ladder_compile not in ("eager", "none", "cuda-graph"):
+        options = dict(mode=args.ladder_compile, fullgraph=True, dynamic=False)
+        variants["compiled"] = (torch.compile(call_block, **options),
+                                torch.compile(call_head, **options))
     out, reps = {}, 5
     for name, (block_fn, head_fn) in variants.items():
         with torch.inference_mode():
@@ -483,20 +629,34 @@ def _command(argv) -> str:
 def main(argv=None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    out = Path(args.out)
+    stem = args.stem or ("engine_ladder_smoke" if args.smoke else "engine_ladder")
+    if args.render:
+        report = json.loads((out / f"{stem}.json").read_text())
+        (out / f"{stem}.md").write_text(to_markdown(report))
+        return report
+    with pinned_threads(args.threads) as threads:
+        return run(args, argv, out, stem, threads)
+
+
+def run(args, argv, out: Path, stem: str, threads: int) -> dict:
     start = time.perf_counter()
     device = torch.device(args.device)
     import torchao
     import transformers
 
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "engine_ladder_smoke" if args.smoke else "engine_ladder"
 
     def save(report):
         (out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str))
         (out / f"{stem}.md").write_text(to_markdown(report))
+        for spec in args.views:
+            name, batches = spec.split(":")
+            part = view(report, [int(b) for b in batches.split(",")], name)
+            (out / f"{name}.json").write_text(json.dumps(part, indent=2, default=str))
+            (out / f"{name}.md").write_text(to_markdown(part))
 
-    if device.type == "cuda" and (args.compile or args.ladder_compile != "eager"):
+    if device.type == "cuda" and (args.compile or args.ladder_compile not in ("eager", "none")):
         # One inductor setting for every compiled run, bf16 and quantized alike: torchao's
         # recommendation (coordinate-descent tuning of the generated kernels), which its
         # quantize_ would otherwise switch on midway through the run.
@@ -517,7 +677,10 @@ def main(argv=None) -> dict:
         "args": {k: v for k, v in vars(args).items() if k != "out"},
         "ladder": [], "nocache": None, "profile": {}, "precision": [],
         "inductor": "torchao recommended settings (coordinate-descent tuning) for compiled runs",
+        "threads": threads, "stem": stem, "weights": "dummy",
     }
+    if any(spec.startswith("int8-dynamic") for spec in args.compile):
+        report["int_mm"] = int_mm_probe(device)
     report["ladder"] = ladder(lm, args, device)
     report["targets"] = targets(report)
     save(report)

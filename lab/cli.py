@@ -1,7 +1,12 @@
 """Command line: `lab synth`, `lab eval`, `lab bench`, `lab app`, `lab presets`.
 
-Exit codes: 0 success, 1 a quality verdict of FAIL (`lab eval --ref`), 2 bad input (a clear
-one-line message on stderr, nothing written).
+Exit codes: 0 success, 1 a quality verdict of FAIL (`lab eval --ref`), 2 bad input or a run
+refused by its estimate (a clear one-line message on stderr, nothing written).
+
+`synth` and `bench` print an estimate of memory and time before loading anything. A run that
+would not fit is refused with the numbers unless `--force`; one that would take minutes gets a
+warning, never a question, so scripts do not hang. Rates measured by each run go into the rate
+book in the data directory, where the app reads them too.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import yaml
 from lab.config import ConfigError, PipelineConfig, list_presets, load_preset
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
+DEFAULT_DATA_DIR = "runs/lab-data"
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -71,14 +77,71 @@ def _print_table(rows: list[tuple[str, str]]) -> None:
         print(f"{key.ljust(width)}  {value}")
 
 
+def data_dir(args: argparse.Namespace) -> Path:
+    """--data-dir, else $LAB_DATA_DIR, else runs/lab-data: the folder the app uses too."""
+    return Path(args.data_dir or os.environ.get("LAB_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+class Refused(ValueError):
+    """The estimate says the run would not fit on this machine."""
+
+
+def _vet(estimates: list, force: bool, total_s: float | None = None) -> None:
+    """Print what the estimates say before anything loads; refuse (unless `force`) or warn."""
+    from lab.estimate import CONFIRM_S
+
+    for est in estimates:
+        figures, verdict = est.summary().split("\n", 1)
+        print(figures)
+        if est.verdict == "run":
+            print(verdict)
+    refused = [e for e in estimates if e.verdict == "refuse"]
+    if refused and not force:
+        raise Refused(f"refused: {refused[0].reason}; pass --force to run anyway")
+    if refused:
+        print(f"warning: running despite the estimate (--force): {refused[0].reason}",
+              file=sys.stderr)
+    slow = [e for e in estimates if e.verdict == "confirm"]
+    if total_s is not None and total_s >= CONFIRM_S:
+        print(f"warning: the whole benchmark would take about {total_s / 60:.1f} min",
+              file=sys.stderr)
+    elif slow and not refused:
+        print(f"warning: {slow[0].reason}", file=sys.stderr)
+
+
+def _estimate(cfg: PipelineConfig, chars: int, args: argparse.Namespace, **kwargs):
+    """The estimate, or None with a warning when this config cannot be sized beforehand (the
+    pipeline then reports any real problem itself)."""
+    from lab.estimate import EstimateError, estimate
+
+    try:
+        return estimate(cfg, chars, rates_dir=data_dir(args), **kwargs)
+    except EstimateError as err:
+        print(f"warning: no estimate before loading: {err}", file=sys.stderr)
+        return None
+
+
+def _record(cfg: PipelineConfig, measured, args: argparse.Namespace, **kwargs) -> None:
+    from lab.estimate import EstimateError, record_rate
+
+    try:
+        record_rate(cfg, measured, rates_dir=data_dir(args), **kwargs)
+    except (EstimateError, OSError) as err:
+        print(f"warning: measured rates not recorded: {err}", file=sys.stderr)
+
+
 def cmd_synth(args: argparse.Namespace) -> None:
     import soundfile as sf
 
     from lab.pipeline import Pipeline
 
     out = output_path(args.output, args.force)
-    pipe = Pipeline(_config(args))
+    cfg = _config(args)
+    est = _estimate(cfg, max(1, len(args.text)), args)
+    _vet([est] if est else [], args.force)
+    pipe = Pipeline(cfg)
     result = pipe.synthesize(args.text)
+    _record(cfg, result, args, startup=pipe.startup)
     sf.write(out, result.audio, result.sample_rate)
     m = result.metrics
     rows = [("model load (once)", f"{pipe.startup['load_ms']:9.1f} ms"),
@@ -143,9 +206,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def _bench_estimates(base: PipelineConfig, texts: list[str], args: argparse.Namespace):
+    """One estimate per batch size (texts of the longest length, a full group at once) and
+    the whole run's time: per size, load and warm-up once, then warm-up and timed groups."""
+    estimates, total = [], 0.0
+    for size in args.batch_sizes:
+        est = _estimate(base.replace(batch_size=size), max(len(t) for t in texts), args,
+                        texts=min(size, len(texts)))
+        if est is None:
+            return [], None
+        groups = -(-len(texts) // size)
+        total += est.load_s + (args.warmup + args.repeats * groups) * est.synth_s
+        estimates.append(est)
+    return estimates, total
+
+
 def cmd_bench(args: argparse.Namespace) -> None:
     from lab.bench.report import write_report
     from lab.bench.runner import run_text_set
+    from lab.estimate import Measured
+    from lab.metrics.repeats import pinned_threads
     from lab.pipeline import Pipeline
 
     path = Path(args.texts)
@@ -153,11 +233,23 @@ def cmd_bench(args: argparse.Namespace) -> None:
         raise ConfigError(f"text file not found: {args.texts}")
     texts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
     base = _config(args)
-    rows = run_text_set(lambda size: Pipeline(base.replace(batch_size=size)), texts,
-                        args.batch_sizes, repeats=args.repeats, warmup=args.warmup)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads {args.threads} must be >= 1")
+    with pinned_threads(args.threads) as threads:
+        if texts:
+            estimates, total_s = _bench_estimates(base, texts, args)
+            _vet(estimates, args.force, total_s)
+        rows = run_text_set(lambda size: Pipeline(base.replace(batch_size=size)), texts,
+                            args.batch_sizes, repeats=args.repeats, warmup=args.warmup,
+                            threads=threads)
+        chars = sum(len(t) for t in texts)
+        for row in rows:
+            load, warm = (None if ms is None else ms / 1000 for ms in (row.load_ms, row.warmup_ms))
+            _record(base.replace(batch_size=row.batch_size),
+                    Measured(chars, row.wall_s, row.audio_s, load, warm), args)
     paths = write_report(rows, args.out, args.stem,
                          meta={"preset": str(args.preset), "overrides": " ".join(args.set),
-                               "texts": str(args.texts)})
+                               "texts": str(args.texts), "threads": threads})
     print(paths.markdown.read_text())
 
 
@@ -181,12 +273,20 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override one config key, e.g. --set dtype=bf16")
 
+    def with_data_dir(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", default=None,
+                       help="where the rate book of measured speeds is kept "
+                            "(default: $LAB_DATA_DIR or runs/lab-data, as the app)")
+
     synth = sub.add_parser("synth", help="synthesize text to a WAV file and print timings")
     synth.add_argument("text")
     synth.add_argument("-o", "--output", default="out.wav",
                        help=f"audio file to write ({', '.join(AUDIO_SUFFIXES)})")
-    synth.add_argument("--force", action="store_true", help="overwrite the output if it exists")
+    synth.add_argument("--force", action="store_true",
+                       help="overwrite the output if it exists, and run even when the "
+                            "estimate refuses")
     with_config(synth)
+    with_data_dir(synth)
     synth.set_defaults(func=cmd_synth)
 
     ev = sub.add_parser("eval", help="print quality meters for a WAV file")
@@ -205,7 +305,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, default=1)
     bench.add_argument("--out", default="runs/bench")
     bench.add_argument("--stem", default="bench")
+    bench.add_argument("--threads", type=int, default=None,
+                       help="intra-op threads to pin for every row (default: PyTorch's "
+                            "current count); recorded in each row")
+    bench.add_argument("--force", action="store_true",
+                       help="run even when the estimate refuses")
     with_config(bench)
+    with_data_dir(bench)
     bench.set_defaults(func=cmd_bench)
 
     app = sub.add_parser("app", help="start the Gradio app")

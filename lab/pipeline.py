@@ -10,9 +10,10 @@ same numbers.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 import weakref
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,12 +115,17 @@ class Pipeline:
     A knob the family cannot honour is refused here, with the family's reason.
     """
 
-    def __init__(self, config: PipelineConfig | None = None) -> None:
+    def __init__(self, config: PipelineConfig | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> None:
+        """`on_stage(message)` hears each startup stage as it begins, for a progress line."""
         self.config = config or PipelineConfig()
         self.device = resolve_device(self.config.device)
+        say = on_stage or (lambda _msg: None)
+        say(f"loading {self.config.family} weights ({self.config.model}) onto {self.device}")
         started = time.perf_counter()
         self.backend = load_backend(self.config, self.device)
         loaded = time.perf_counter()
+        say("warming up (compile, graph capture, first-call kernels)")
         self.backend.warm_up(WARMUP_TEXTS)
         self.startup = {"load_ms": (loaded - started) * 1e3,
                         "warmup_ms": (time.perf_counter() - loaded) * 1e3}
@@ -172,7 +178,8 @@ class Pipeline:
             peak_memory_mb=memory.peak_mb(self.device),
             tokens_per_second=None if tokens is None else tokens / (total_ms / 1000),
             step_ms=meter.step_ms)
-        events.record("synthesis", ttfb_ms=ttfb_ms, total_ms=total_ms, rtf=metrics.rtf,
+        events.record("synthesis", source=events.source_of(self), ttfb_ms=ttfb_ms,
+                      total_ms=total_ms, rtf=metrics.rtf,
                       audio_seconds=audio_s, family=self.config.family, dtype=self.config.dtype,
                       device=self.device.type)
         return Synthesis(audio, self.sample_rate, text, metrics, self.fallbacks, warnings)
@@ -190,16 +197,18 @@ class Pipeline:
         """Bytes of the model's weights as they sit on the device now (after casts or quant)."""
         return weight_bytes(self.model)
 
-    def stream(self, text: str) -> Generator[AudioChunk, None, Synthesis]:
+    def stream(self, text: str, cancel: threading.Event | None = None
+               ) -> Generator[AudioChunk, None, Synthesis]:
         """Yield audio as it is decoded, sentence by sentence and window by window.
 
         The generator's return value is the whole Synthesis with its metrics, for callers
         that want the numbers once the last chunk has played. Its clock starts at the first
-        `next()`, so time spent queued behind other requests counts; closing it early
-        cancels the request.
+        `next()`, so time spent queued behind other requests counts. Closing it early
+        cancels the request; so does setting `cancel` from any thread, after which the
+        generator raises `lab.worker.Cancelled`.
         """
         meter = self._meter()
-        return (yield from self._worker.stream(lambda: self._streamed(text, meter)))
+        return (yield from self._worker.stream(lambda: self._streamed(text, meter), cancel))
 
     def _streamed(self, text: str, meter: RequestMeter) -> Generator[AudioChunk, None, Synthesis]:
         """The stream itself, run on the worker thread."""

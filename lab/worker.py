@@ -7,7 +7,10 @@ streams it holds (one piece of each in turn, so an autoregressive family advance
 in the same batched step) and merges the one-shot jobs that are waiting into one batch.
 
 A caller that stops listening (a closed browser tab, a dropped connection) cancels its job:
-the worker closes the job's generator, and the family frees what the request held.
+the worker closes the job's generator, and the family frees what the request held. A caller
+that is blocked waiting for the next piece can cancel from another thread through the job's
+`cancel` event (the app's Cancel button); it then gets `Cancelled` instead of a piece.
+Each job runs on the PyTorch thread count of the thread that submitted it.
 """
 
 from __future__ import annotations
@@ -19,8 +22,14 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 StreamFactory = Callable[[], Generator[Any, None, Any]]
 BatchRunner = Callable[[list[str], Any], list[Any]]
+
+
+class Cancelled(RuntimeError):
+    """The request was cancelled before it finished."""
 
 
 @dataclass
@@ -32,9 +41,15 @@ class _End:
 @dataclass
 class StreamJob:
     start: StreamFactory
+    cancel: threading.Event = field(default_factory=threading.Event)
+    threads: int = field(default_factory=torch.get_num_threads)
     out: queue.Queue = field(default_factory=queue.Queue)
     cancelled: bool = False
     generator: Generator | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.cancelled or self.cancel.is_set()
 
 
 @dataclass
@@ -42,6 +57,7 @@ class BatchJob:
     texts: list[str]
     context: Any
     out: queue.Queue = field(default_factory=queue.Queue)
+    threads: int = field(default_factory=torch.get_num_threads)
 
 
 _STOP = object()
@@ -69,9 +85,13 @@ class Worker:
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
 
-    def stream(self, start: StreamFactory) -> Generator[Any, None, Any]:
-        """Run `start()` on the worker; yield what it yields and return what it returns."""
-        job = StreamJob(start)
+    def stream(self, start: StreamFactory, cancel: threading.Event | None = None
+               ) -> Generator[Any, None, Any]:
+        """Run `start()` on the worker; yield what it yields and return what it returns.
+
+        Setting `cancel` stops the job at its next piece and raises `Cancelled` here.
+        """
+        job = StreamJob(start, cancel or threading.Event())
         self._inbox.put(job)
         self._ensure_running()
         try:
@@ -137,8 +157,10 @@ class Worker:
         try:
             if job.generator is None:
                 job.generator = job.start()
-            if job.cancelled:
+            _use_threads(job.threads)
+            if job.stopped:
                 job.generator.close()
+                job.out.put(_End(error=Cancelled("the request was cancelled")))
                 return False
             job.out.put(next(job.generator))
             return True
@@ -152,6 +174,7 @@ class Worker:
         """Merge waiting batches into one; if the merged run fails, run each alone so only
         the request at fault gets the error."""
         texts = [t for job in jobs for t in job.texts]
+        _use_threads(jobs[0].threads)
         try:
             run_batch = self._run_batch()
             if run_batch is None:
@@ -167,3 +190,11 @@ class Worker:
         for job in jobs:
             job.out.put(_End(results[: len(job.texts)]))
             results = results[len(job.texts):]
+
+
+def _use_threads(count: int) -> None:
+    """Run a job on the intra-op thread count its caller had: PyTorch fixes the count per
+    thread, so without this a pinned benchmark would run at whatever the worker started with.
+    """
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)

@@ -44,7 +44,7 @@ def start_app(data_dir: str, port: int) -> subprocess.Popen:
     env = {**os.environ, "LAB_DATA_DIR": data_dir}
     proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}/"
-    for _ in range(240):
+    for _ in range(1200):
         if proc.poll() is not None:
             raise SystemExit("the app exited before it answered")
         try:
@@ -53,7 +53,7 @@ def start_app(data_dir: str, port: int) -> subprocess.Popen:
         except OSError:
             time.sleep(0.5)
     proc.kill()
-    raise SystemExit("the app did not answer in 120 s")
+    raise SystemExit("the app did not answer in 600 s")
 
 
 def wait_text(page: Page, selector: str, needle: str) -> None:
@@ -74,13 +74,18 @@ def settle(page: Page, *plots: str) -> None:
 def synthesize(page: Page) -> None:
     page.click("#synth-go")
     wait_text(page, "#synth-status", "Done")
+    page.click("#synth-quality-go")
+    wait_text(page, "#synth-quality-report", "Quality")
     settle(page, "#synth-chart")
 
 
 def ab(page: Page) -> None:
     page.get_by_role("tab", name="A/B").click()
     page.click("#ab-render")
-    wait_text(page, "#ab-status", "then vote")
+    wait_text(page, "#ab-status", "Play X and Y")
+    for side in ("x", "y"):
+        page.evaluate(f"() => document.querySelector('#ab-{side} audio').play()")
+    page.wait_for_function("() => !document.querySelector('#ab-vote-x').disabled")
     page.click("#ab-vote-x")
     wait_text(page, "#ab-status", "saved")
     settle(page, "#ab-win-chart", "#ab-quality-chart")

@@ -9,6 +9,31 @@ import soundfile as sf
 
 from lab.cli import main
 
+GIB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    """Each test keeps its rate book in its own folder."""
+    folder = tmp_path / "lab-data"
+    monkeypatch.setenv("LAB_DATA_DIR", str(folder))
+    return folder
+
+
+def no_loading(monkeypatch):
+    import lab.pipeline
+
+    def refuse_to_load(*_args, **_kwargs):
+        raise AssertionError("a pipeline was built after the estimate refused the run")
+
+    monkeypatch.setattr(lab.pipeline.Pipeline, "__init__", refuse_to_load)
+
+
+def with_ram(monkeypatch, gib: float) -> None:
+    import lab.estimate
+
+    monkeypatch.setattr(lab.estimate, "host_available", lambda: int(gib * GIB))
+
 
 def test_synth_writes_audio_and_prints_timings(tmp_path, capsys):
     out = tmp_path / "hello.wav"
@@ -154,3 +179,96 @@ def test_synth_refuses_a_knob_the_family_cannot_honour(tmp_path, capsys):
     assert main(["synth", "Hi.", "-o", str(out), "--set", "cuda_graphs=true"]) == 2
     assert "cuda_graphs does not apply to piper-vits" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_synth_prints_the_estimate_before_loading_and_records_the_rate(tmp_path, capsys,
+                                                                      data_dir):
+    out = tmp_path / "hi.wav"
+    assert main(["synth", "Hello there.", "-o", str(out), "--set", "stream=false"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("estimate on cpu:") < printed.index("model load (once)")
+    book = json.loads((data_dir / "rates.json").read_text())["rates"]
+    (key,) = book
+    assert key.startswith("piper-vits:default") and "batch=1" in key
+    assert {"rtf", "load_s", "warmup_s", "audio_s_per_char"} <= set(book[key])
+
+
+THREE_B_ON_CPU = ["--preset", "orpheus-3b-dummy-gpu", "--set", "device=cpu", "--set",
+                  "dtype=fp32", "--set", "batch_size=32"]
+
+
+def test_a_3b_run_at_batch_32_that_would_not_fit_is_refused_before_loading(
+        tmp_path, capsys, monkeypatch):
+    with_ram(monkeypatch, 20)
+    no_loading(monkeypatch)
+    out = tmp_path / "x.wav"
+    assert main(["synth", "Hello there.", "-o", str(out), *THREE_B_ON_CPU]) == 2
+    captured = capsys.readouterr()
+    assert "estimate on cpu:" in captured.out
+    err = captured.err
+    assert err.startswith("error: refused: needs about") and err.count("\n") == 1
+    assert "20.0 GiB of RAM is available" in err and "--force" in err
+    assert re.search(r"\d+\.\d GiB weights, \d+\.\d GiB KV cache", err)
+    assert not out.exists()
+    texts = tmp_path / "texts.txt"
+    texts.write_text("One line.\n")
+    assert main(["bench", "--texts", str(texts), "--batch-sizes", "1,32", "--out",
+                 str(tmp_path / "b"), *THREE_B_ON_CPU]) == 2
+    assert "refused: needs about" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_force_runs_past_a_refusal_with_a_warning(tmp_path, capsys, monkeypatch):
+    with_ram(monkeypatch, 1 / 1024)  # 1 MiB: even the voice does not fit
+    out = tmp_path / "forced.wav"
+    assert main(["synth", "Hi.", "-o", str(out), "--set", "stream=false"]) == 2
+    assert "refused" in capsys.readouterr().err and not out.exists()
+    assert main(["synth", "Hi.", "-o", str(out), "--set", "stream=false", "--force"]) == 0
+    assert "running despite the estimate (--force)" in capsys.readouterr().err
+    assert sf.info(out).samplerate == 22050
+
+
+def test_a_run_that_would_take_minutes_gets_a_warning_and_no_question(tmp_path, capsys,
+                                                                      data_dir):
+    from lab.config import load_preset
+    from lab.estimate import Measured, record_rate
+
+    cfg = load_preset("cpu-default", stream=False)
+    record_rate(cfg, Measured(chars=10, synth_s=10_000.0, audio_s=1.0, load_s=1.0,
+                              warmup_s=1.0), rates_dir=data_dir)
+    out = tmp_path / "slow.wav"
+    assert main(["synth", "Hi.", "-o", str(out), "--set", "stream=false"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: would take about" in err and "min to synthesize" in err
+    assert out.exists()
+
+
+def test_bench_pins_threads_and_reports_each_pass(tmp_path, capsys, data_dir):
+    import torch
+
+    before = torch.get_num_threads()
+    texts = tmp_path / "texts.txt"
+    texts.write_text("One small test.\nA second line.\n")
+    out = tmp_path / "bench"
+    assert main(["bench", "--texts", str(texts), "--batch-sizes", "1", "--warmup", "0",
+                 "--repeats", "2", "--threads", "1", "--set", "stream=false",
+                 "--out", str(out), "--stem", "t"]) == 0
+    assert torch.get_num_threads() == before
+    report = json.loads((out / "t.json").read_text())
+    (row,) = report["rows"]
+    assert row["threads"] == 1 and report["meta"]["threads"] == 1
+    assert len(row["pass_wall_s"]) == 2 and row["wall_s_min"] <= row["wall_s_max"]
+    header = next(line for line in (out / "t.md").read_text().splitlines()
+                  if line.startswith("| config"))
+    assert {"threads", "wall_s", "load_ms", "warmup_ms"} <= {
+        c.strip() for c in header.strip("|").split("|")}
+    assert "estimate on cpu:" in capsys.readouterr().out
+    book = json.loads((data_dir / "rates.json").read_text())["rates"]
+    assert any("device=cpu/1 threads" in key for key in book)
+
+
+def test_bench_rejects_a_bad_thread_count(tmp_path, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("One line.\n")
+    assert main(["bench", "--texts", str(texts), "--threads", "0"]) == 2
+    assert "--threads 0 must be >= 1" in capsys.readouterr().err

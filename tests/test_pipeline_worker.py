@@ -5,10 +5,13 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 
 import lab.engine.graphs as graphs
 from lab.config import ConfigError, load_preset
+from lab.metrics.repeats import pinned_threads
 from lab.pipeline import Pipeline, drain
+from lab.worker import Cancelled
 
 TEXTS = ["One small request.", "Another one, a little longer.", "A third. In two sentences."]
 
@@ -58,6 +61,21 @@ def test_a_stream_closed_early_frees_its_slot(orpheus):
     next(stream)
     stream.close()
     assert orpheus.synthesize(TEXTS[0]).metrics.total_ms > 0  # the worker has moved on
+    tts = orpheus.backend.tts
+    assert not tts.engine.has_unfinished() and not tts.utterances
+
+
+def test_a_cancel_event_set_from_another_thread_ends_the_stream_and_frees_its_slot(orpheus):
+    """The Cancel button's path: the consumer is blocked in the stream while another thread
+    cancels; it gets Cancelled, and the worker serves the next request at once."""
+    cancel = threading.Event()
+    stream = orpheus.stream(TEXTS[2], cancel)
+    next(stream)
+    threading.Timer(0.05, cancel.set).start()
+    with pytest.raises(Cancelled, match="cancelled"):
+        for _ in stream:
+            pass
+    assert orpheus.synthesize(TEXTS[0]).audio.size > 0
     tts = orpheus.backend.tts
     assert not tts.engine.has_unfinished() and not tts.utterances
 
@@ -164,3 +182,22 @@ def test_a_stream_without_audio_ends_with_a_note_not_an_error():
     assert silent, "greedy random weights end some sentences at once"
     assert all(NO_AUDIO in r.warnings for r in silent)
     assert all(NO_AUDIO not in r.warnings for r in results if r.audio.size)
+
+
+def test_each_request_runs_on_its_callers_thread_count(voice_pipeline):
+    """A pinned caller gets its count on the worker, whatever the worker started with."""
+    seen = []
+    original = voice_pipeline.backend.synthesize
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(*args, **kwargs)
+
+    voice_pipeline.backend.synthesize = spy
+    try:
+        for count in (1, 2):
+            with pinned_threads(count):
+                voice_pipeline.synthesize_batch(["Threads."])
+    finally:
+        del voice_pipeline.backend.synthesize
+    assert seen == [1, 2]

@@ -2,6 +2,9 @@
 
 An exponent near 1 means cost grows in step with the text (a streaming vocoder should);
 near 2 points at attention or another all-pairs step that will dominate long inputs.
+
+A line through two or three points fits them almost perfectly whatever the law behind them,
+so an R^2 near 1 says nothing there; the fit refuses fewer than `MIN_POINTS` distinct sizes.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+
+MIN_POINTS = 4
+"""Distinct sizes needed before an exponent (and its R^2) means anything."""
 
 
 class PowerLawFit(NamedTuple):
@@ -46,12 +52,12 @@ def fit_power_law(n: Sequence[float], latency: Sequence[float]) -> PowerLawFit:
         raise ValueError(
             f"sizes and latencies must be equal-length lists, got {x.shape} and {y.shape}"
         )
-    if len(x) < 2:
-        raise ValueError("a scaling fit needs at least two points")
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))) or np.any(x <= 0) or np.any(y <= 0):
         raise ValueError("sizes and latencies must be finite and > 0 to fit on a log scale")
-    if np.ptp(x) == 0:
-        raise ValueError("all sizes are equal; a scaling fit needs at least two distinct sizes")
+    distinct = len(np.unique(x))
+    if distinct < MIN_POINTS:
+        raise ValueError(f"a scaling fit needs at least {MIN_POINTS} distinct sizes, got "
+                         f"{distinct}; fewer points fit any line")
     lx, ly = np.log(x), np.log(y)
     k, log_c = np.polyfit(lx, ly, 1)
     residual = ly - (log_c + k * lx)

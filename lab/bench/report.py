@@ -2,6 +2,10 @@
 
 Every report carries how it was made, the command line, date, device and library versions,
 because a speed number without its machine and software cannot be compared with anything.
+
+JSON and CSV keep every figure (each pass's too). The Markdown table is for reading: a figure
+measured over several passes shows as "median (min-max)" in one cell, the per-pass lists are
+left to the JSON, and load and warm-up keep their own columns, apart from every timing.
 """
 
 from __future__ import annotations
@@ -68,9 +72,50 @@ def columns_of(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(key for row in rows for key in row))
 
 
+@dataclass(frozen=True)
+class Ranged:
+    """A median with the range over passes, as one table cell."""
+
+    median: float
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        if self.low == self.high:
+            return _cell(self.median)
+        return f"{_cell(self.median)} ({_cell(self.low)}-{_cell(self.high)})"
+
+
+PASS_PREFIX = "pass_"
+
+
+def folded(row: dict) -> dict:
+    """A row for reading: `x` with `x_min` and `x_max` becomes one `Ranged` cell under `x`,
+    and the per-pass lists are dropped (JSON and CSV keep them)."""
+    out = {}
+    for key, value in row.items():
+        if key.startswith(PASS_PREFIX) or _base(key, row) is not None:
+            continue
+        low, high = row.get(f"{key}_min"), row.get(f"{key}_max")
+        if isinstance(value, (int, float)) and low is not None and high is not None:
+            value = Ranged(value, low, high)
+        out[key] = value
+    return out
+
+
+def _base(key: str, row: dict) -> str | None:
+    """The figure a `*_min`/`*_max` key belongs to, when the row holds it."""
+    for suffix in ("_min", "_max"):
+        if key.endswith(suffix) and key[: -len(suffix)] in row:
+            return key[: -len(suffix)]
+    return None
+
+
 def _cell(value: object) -> str:
     if value is None:
         return ""
+    if isinstance(value, Ranged):
+        return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
@@ -87,7 +132,8 @@ def markdown_table(rows: Sequence[object], columns: Sequence[str] | None = None)
     if not cols:
         return "_no rows_\n"
     numeric = [
-        all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in data) for c in cols
+        all(isinstance(r.get(c), (int, float, Ranged)) or r.get(c) is None for r in data)
+        for c in cols
     ]
     lines = [
         "| " + " | ".join(cols) + " |",
@@ -131,9 +177,25 @@ def _write_csv(path: Path, data: list[dict]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=cols, restval="")
         writer.writeheader()
-        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in data)
+        writer.writerows({k: _csv_value(v) for k, v in row.items()} for row in data)
+
+
+def _csv_value(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return json.dumps(list(value))
+    return value
+
+
+SPREAD_NOTE = ("Cells with a range read median (min-max) over the passes. load_ms and "
+               "warmup_ms are one-time costs of building the pipeline (warm-up includes any "
+               "compile), outside every timing; threads is the pinned intra-op thread count.")
 
 
 def _markdown(title: str, info: dict, data: list[dict]) -> str:
     meta_lines = [f"- **{key}**: `{value}`" for key, value in info.items()]
-    return "\n".join([f"# {title}", "", *meta_lines, "", markdown_table(data)])
+    rows = [folded(row) for row in data]
+    note = [SPREAD_NOTE, ""] if any(isinstance(v, Ranged) for r in rows for v in r.values()) \
+        else []
+    return "\n".join([f"# {title}", "", *meta_lines, "", markdown_table(rows), *note])

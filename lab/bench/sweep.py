@@ -4,23 +4,33 @@ A sweep answers "what does this knob cost or buy": batch size against throughput
 interval against time to first audio, dtype or quantisation against speed, input length
 against latency (for the scaling fit in `lab.bench.complexity`). Every setting is validated
 before anything runs, and a cancelled sweep keeps every point it finished.
+
+The measures here build their own pipelines and tag them as benchmark traffic, so the app's
+live view does not count a sweep's requests as a user's; given the sweep's cancel event they
+stop at the next request, not only at the next point.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, fields
 
 from tqdm import tqdm
 
-from lab.bench.runner import BatchSynthesizer, BenchError, BenchRow, run_text_set
+from lab.bench.runner import BatchSynthesizer, BenchError, BenchRow, run_text_set, summarize
 from lab.config import PipelineConfig
+from lab.metrics.events import BENCHMARK, events
 
 INPUT_LENGTH = "input_length"
 
 Measure = Callable[[PipelineConfig, list[str]], object]
 """Returns a BenchRow, a dict, or a list of them, for one config and text set."""
+
+
+class SweepCancelled(BenchError):
+    """The sweep was cancelled while this point was being measured."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,8 @@ class Sweep:
             try:
                 rows = _as_rows(self.measure(cfg, texts))
             except Exception as err:
+                if cancel is not None and cancel.is_set():
+                    return  # a point cut short by the cancel is not a result
                 yield SweepPoint(self.axis, value, error=f"{type(err).__name__}: {err}")
                 continue
             if self.axis == INPUT_LENGTH:
@@ -163,23 +175,73 @@ class Sweep:
         return result
 
 
+class _Guarded:
+    """A pipeline that refuses new requests once `cancel` is set, so a cancelled sweep stops
+    at the next request instead of finishing the point it is on."""
+
+    def __init__(self, pipe: BatchSynthesizer, cancel: threading.Event | None) -> None:
+        self._pipe, self._cancel = pipe, cancel
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pipe, name)
+
+    def _check(self) -> None:
+        if self._cancel is not None and self._cancel.is_set():
+            raise SweepCancelled("the sweep was cancelled")
+
+    def synthesize(self, text: str):
+        self._check()
+        return self._pipe.synthesize(text)
+
+    def synthesize_batch(self, texts: list[str]) -> list:
+        self._check()
+        return self._pipe.synthesize_batch(texts)
+
+
+def _benchmark(marks: ExitStack, pipe: BatchSynthesizer,
+               cancel: threading.Event | None) -> _Guarded:
+    """`pipe` tagged as benchmark traffic until `marks` closes, and guarded by `cancel`."""
+    marks.enter_context(events.tagged(pipe, BENCHMARK))
+    return _Guarded(pipe, cancel)
+
+
 def runner_measure(
     build: Callable[[PipelineConfig], BatchSynthesizer],
     repeats: int = 1,
     warmup: int = 1,
     progress: bool = False,
+    cancel: threading.Event | None = None,
 ) -> Measure:
     """A measure that benchmarks `build(config)` with `run_text_set` at the config's batch size."""
 
     def measure(cfg: PipelineConfig, texts: list[str]) -> list[BenchRow]:
-        return run_text_set(
-            lambda _batch_size: build(cfg),
-            texts,
-            [cfg.batch_size],
-            repeats=repeats,
-            warmup=warmup,
-            progress=progress,
-        )
+        with ExitStack() as marks:
+            return run_text_set(
+                lambda _batch_size: _benchmark(marks, build(cfg), cancel),
+                texts,
+                [cfg.batch_size],
+                repeats=repeats,
+                warmup=warmup,
+                progress=progress,
+            )
+
+    return measure
+
+
+def streaming_measure(
+    build: Callable[[PipelineConfig], BatchSynthesizer],
+    repeats: int = 1,
+    cancel: threading.Event | None = None,
+) -> Measure:
+    """Time to first audio needs the streamed path, one request at a time, not a batch."""
+
+    def measure(cfg: PipelineConfig, texts: list[str]) -> BenchRow:
+        with ExitStack() as marks:
+            pipe = _benchmark(marks, build(cfg.replace(stream=True)), cancel)
+            pipe.synthesize(texts[0])
+            results = [pipe.synthesize(t) for _ in range(repeats) for t in texts]
+            latencies = [r.metrics.total_ms for r in results]
+            return summarize(pipe, texts, 1, repeats, sum(latencies) / 1000, latencies, results)
 
     return measure
 

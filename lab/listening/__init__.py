@@ -1,10 +1,11 @@
 """Blind listening tests: shuffle two renderings into X and Y, keep every vote on disk."""
 
-from lab.listening.blind import BlindTrial, Contender, new_session_id, new_trial
+from lab.listening.blind import SIDES, BlindTrial, Contender, new_session_id, new_trial, unheard
 from lab.listening.votes import CHOICES, Vote, VoteError, VoteStore, WinRate
 
 __all__ = [
     "CHOICES",
+    "SIDES",
     "BlindTrial",
     "Contender",
     "Vote",
@@ -13,4 +14,5 @@ __all__ = [
     "WinRate",
     "new_session_id",
     "new_trial",
+    "unheard",
 ]

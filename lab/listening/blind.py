@@ -3,6 +3,9 @@
 A listener who knows which take is the optimized one hears what they expect, so the two
 configurations are shuffled into X and Y by a coin flip per trial and the labels stay
 hidden until the vote is in. The trial holds the mapping; the UI shows only X and Y.
+
+A vote is a judgement of two sounds, so it counts only once both were heard: a caller that
+tracks what was played passes it to `vote`, which refuses a vote before both sides.
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 import json
 import random
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from lab.config import PipelineConfig, to_dict
 from lab.listening.votes import CHOICES, Vote, VoteError
+
+SIDES = ("x", "y")
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,10 @@ class Contender:
 
 @dataclass(frozen=True)
 class BlindTrial:
-    """Two contenders rendered from the same text and seed; `a_is_x` is the hidden coin."""
+    """Two contenders rendered from the same text and seed; `a_is_x` is the hidden coin.
+
+    `a` is the baseline and `b` the candidate, whichever of X and Y each is heard as.
+    """
 
     a: Contender
     b: Contender
@@ -46,10 +55,18 @@ class BlindTrial:
     def y(self) -> Contender:
         return self.b if self.a_is_x else self.a
 
-    def vote(self, choice: str) -> Vote:
-        """The listener's verdict as a storable vote, in X/Y terms."""
+    def vote(self, choice: str, heard: Collection[str] | None = None) -> Vote:
+        """The listener's verdict as a storable vote, in X/Y terms, naming the baseline.
+
+        `heard` holds the sides ("x", "y") the listener has played; when given, a vote
+        before both were played is refused. Only a scripted judge passes None.
+        """
         if choice not in CHOICES:
             raise VoteError(f"choice={choice!r} is not valid; choose one of {list(CHOICES)}")
+        missing = unheard(heard) if heard is not None else []
+        if missing:
+            raise VoteError("listen to both X and Y before voting; not played yet: "
+                            + ", ".join(side.upper() for side in missing))
         return Vote(
             session=self.session,
             text=self.text,
@@ -59,11 +76,17 @@ class BlindTrial:
             choice=choice,
             config_x_json=self.x.config_json(),
             config_y_json=self.y.config_json(),
+            baseline=self.a.label,
         )
 
     def reveal(self) -> dict[str, str]:
         """Which label was behind X and which behind Y."""
         return {"X": self.x.label, "Y": self.y.label}
+
+
+def unheard(heard: Collection[str]) -> list[str]:
+    """The sides of a pair not played yet, in X, Y order."""
+    return [side for side in SIDES if side not in heard]
 
 
 def new_session_id() -> str:

@@ -4,6 +4,11 @@ Listening tests are slow to collect, so a vote must survive the app being killed
 moment after the button is pressed. Each vote is one SQLite transaction in WAL mode with
 full sync: once `record` returns, the vote is on disk. A connection is opened per call, so
 request threads never share one and a crashed process leaves nothing half-written.
+
+Win rates follow the arenas: one row per pair of configs, whichever order they were heard
+in, with the baseline on the baseline side. A vote names its baseline, and a config is
+named by itself, not by what it was compared with, so the same two configs always meet in
+the same row.
 """
 
 from __future__ import annotations
@@ -31,9 +36,13 @@ CREATE TABLE IF NOT EXISTS votes (
     config_y TEXT NOT NULL,
     config_x_json TEXT NOT NULL,
     config_y_json TEXT NOT NULL,
-    choice TEXT NOT NULL CHECK (choice IN ('x', 'y', 'same'))
+    choice TEXT NOT NULL CHECK (choice IN ('x', 'y', 'same')),
+    baseline TEXT
 )
 """
+# Stores written before votes named their baseline gain the column; their old votes keep
+# NULL there and take their pair's orientation from the votes that do name one.
+MIGRATIONS = {"baseline": "ALTER TABLE votes ADD COLUMN baseline TEXT"}
 
 
 class VoteError(ValueError):
@@ -42,7 +51,8 @@ class VoteError(ValueError):
 
 @dataclass(frozen=True)
 class Vote:
-    """One listener's verdict on one blind pair; `config_x` is the label heard as X."""
+    """One listener's verdict on one blind pair; `config_x` is the label heard as X and
+    `baseline` the label of the side that was the baseline (None: not recorded)."""
 
     session: str
     text: str
@@ -54,6 +64,7 @@ class Vote:
     config_y_json: str = "{}"
     time: float = 0.0
     id: int | None = None
+    baseline: str | None = None
 
     @property
     def winner(self) -> str | None:
@@ -63,28 +74,28 @@ class Vote:
 
 @dataclass(frozen=True)
 class WinRate:
-    """Head-to-head tally of two configs, `config_a` < `config_b` alphabetically.
+    """Head-to-head tally of a candidate config against its baseline.
 
     Rates are over all votes of the pair, ties included, so the three rates sum to one.
     """
 
-    config_a: str
-    config_b: str
-    a_wins: int
-    b_wins: int
+    baseline: str
+    candidate: str
+    baseline_wins: int
+    candidate_wins: int
     ties: int
 
     @property
     def total(self) -> int:
-        return self.a_wins + self.b_wins + self.ties
+        return self.baseline_wins + self.candidate_wins + self.ties
 
     @property
-    def a_rate(self) -> float:
-        return self.a_wins / self.total
+    def baseline_rate(self) -> float:
+        return self.baseline_wins / self.total
 
     @property
-    def b_rate(self) -> float:
-        return self.b_wins / self.total
+    def candidate_rate(self) -> float:
+        return self.candidate_wins / self.total
 
     @property
     def tie_rate(self) -> float:
@@ -92,15 +103,46 @@ class WinRate:
 
     def to_row(self) -> dict:
         return {
-            "config_a": self.config_a,
-            "config_b": self.config_b,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
             "votes": self.total,
-            "a_wins": self.a_wins,
-            "b_wins": self.b_wins,
+            "baseline_wins": self.baseline_wins,
+            "candidate_wins": self.candidate_wins,
             "ties": self.ties,
-            "a_win_rate": round(self.a_rate, 3),
-            "b_win_rate": round(self.b_rate, 3),
+            "baseline_win_rate": round(self.baseline_rate, 3),
+            "candidate_win_rate": round(self.candidate_rate, 3),
+            "tie_rate": round(self.tie_rate, 3),
         }
+
+
+def _baseline_of(pair: tuple[str, str], votes: list[Vote]) -> str:
+    """The side the pair's votes name as baseline most often (the latest breaks a tie);
+    for a pair none of whose votes names one, the first label alphabetically."""
+    named = [v.baseline for v in votes if v.baseline in pair]
+    if not named:
+        return pair[0]
+    counts = {label: named.count(label) for label in pair}
+    top = max(counts.values())
+    return next(label for label in reversed(named) if counts[label] == top)
+
+
+def tally(pair: tuple[str, str], votes: list[Vote]) -> WinRate:
+    """One pair's votes as wins for its baseline and its candidate, and ties."""
+    baseline = _baseline_of(pair, votes)
+    candidate = pair[1] if baseline == pair[0] else pair[0]
+    wins = {baseline: 0, candidate: 0}
+    ties = 0
+    for vote in votes:
+        winner = vote.winner
+        if winner is None or vote.config_x == vote.config_y:
+            ties += 1
+        else:
+            wins[winner] += 1
+    return WinRate(baseline, candidate, wins[baseline], wins[candidate], ties)
+
+
+def _pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
 
 
 def _check(vote: Vote) -> None:
@@ -110,6 +152,8 @@ def _check(vote: Vote) -> None:
         value = getattr(vote, name)
         if not isinstance(value, str) or not value.strip():
             raise VoteError(f"a vote needs a non-empty {name}")
+    if vote.baseline is not None and vote.baseline not in (vote.config_x, vote.config_y):
+        raise VoteError(f"baseline={vote.baseline!r} is neither config_x nor config_y")
     for name in ("config_x_json", "config_y_json"):
         try:
             json.loads(getattr(vote, name))
@@ -127,6 +171,10 @@ class VoteStore:
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(SCHEMA)
+            have = {row[1] for row in conn.execute("PRAGMA table_info(votes)")}
+            for column, statement in MIGRATIONS.items():
+                if column not in have:
+                    conn.execute(statement)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -144,7 +192,8 @@ class VoteStore:
         with self._connect() as conn, conn:
             cursor = conn.execute(
                 "INSERT INTO votes (time, session, text, seed, config_x, config_y,"
-                " config_x_json, config_y_json, choice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " config_x_json, config_y_json, choice, baseline)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     stamp,
                     vote.session,
@@ -155,6 +204,7 @@ class VoteStore:
                     vote.config_x_json,
                     vote.config_y_json,
                     vote.choice,
+                    vote.baseline,
                 ),
             )
             new_id = cursor.lastrowid
@@ -172,20 +222,18 @@ class VoteStore:
             return conn.execute("SELECT COUNT(*) FROM votes").fetchone()[0]
 
     def win_rates(self) -> list[WinRate]:
-        """One tally per unordered config pair, across every session, most voted first."""
-        tallies: dict[tuple[str, str], list[int]] = {}
+        """One tally per pair of configs, across every session, most voted first."""
+        groups: dict[tuple[str, str], list[Vote]] = {}
         for vote in self.votes():
-            pair = tuple(sorted((vote.config_x, vote.config_y)))
-            counts = tallies.setdefault(pair, [0, 0, 0])
-            winner = vote.winner
-            if winner is None or vote.config_x == vote.config_y:
-                counts[2] += 1
-            elif winner == pair[0]:
-                counts[0] += 1
-            else:
-                counts[1] += 1
-        rates = [WinRate(a, b, *counts) for (a, b), counts in tallies.items()]
-        return sorted(rates, key=lambda r: (-r.total, r.config_a, r.config_b))
+            groups.setdefault(_pair(vote.config_x, vote.config_y), []).append(vote)
+        rates = [tally(pair, votes) for pair, votes in groups.items()]
+        return sorted(rates, key=lambda r: (-r.total, r.baseline, r.candidate))
+
+    def win_rate(self, a: str, b: str) -> WinRate | None:
+        """The tally of the pair of configs labelled `a` and `b`, or None before any vote."""
+        pair = _pair(a, b)
+        votes = [v for v in self.votes() if _pair(v.config_x, v.config_y) == pair]
+        return tally(pair, votes) if votes else None
 
     def export_csv(self, path: str | Path) -> Path:
         """Write every vote, one row each, for analysis elsewhere."""
@@ -212,4 +260,5 @@ def _fields(vote: Vote) -> dict:
         "choice": vote.choice,
         "config_x_json": vote.config_x_json,
         "config_y_json": vote.config_y_json,
+        "baseline": vote.baseline,
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,19 +21,23 @@ import torch
 
 @dataclass(frozen=True)
 class Spread:
-    """The median of `n` values with their range; `str()` reads "12.3 (11.9-13.0, n=5)"."""
+    """The median of `n` values with their range; `str()` reads "12.3 (11.9-13.0, n=5)".
+
+    `values` keeps the figures themselves, in order, for whoever wants each pass."""
 
     median: float
     low: float
     high: float
     n: int
+    values: tuple[float, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Spread:
         if len(values) == 0:
             raise ValueError("a spread needs at least one value")
         arr = np.asarray(values, dtype=float)
-        return cls(float(np.median(arr)), float(arr.min()), float(arr.max()), len(arr))
+        return cls(float(np.median(arr)), float(arr.min()), float(arr.max()), len(arr),
+                   tuple(float(v) for v in arr))
 
     @property
     def relative_range(self) -> float:
@@ -72,7 +76,12 @@ def timed_repeats(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1
 @contextmanager
 def pinned_threads(threads: int | None = None) -> Iterator[int]:
     """Run the block on `threads` intra-op threads (default: what PyTorch uses now, made
-    explicit), restoring the previous count after; yields the count to record."""
+    explicit), restoring the previous count after; yields the count to record.
+
+    PyTorch fixes each thread's count the first time that thread uses it; a later change
+    reaches only the calling thread and threads yet to start. So a worker thread that first
+    runs inside the block (a new pipeline's) runs on the pinned count, and keeps it after the
+    block; one that ran before keeps its own."""
     before = torch.get_num_threads()
     count = before if threads is None else int(threads)
     if count < 1:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from lab.config import PipelineConfig
     from lab.metrics.timers import RequestMeter
+    from lab.models.sizing import Plan, Work
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,11 @@ class Backend(Protocol):
     @classmethod
     def load(cls, config: PipelineConfig, device: torch.device) -> Backend:
         """Load weights and apply the model knobs (precision, quantization, compile)."""
+
+    @classmethod
+    def size(cls, work: Work) -> Plan:
+        """Bytes and phases of `work` from shapes alone, before anything loads: what
+        `lab.estimate` turns into a memory verdict and a first guess at time."""
 
     def prepare(self, text: str) -> tuple[list, list[str]]:
         """Text -> units of work (one per sentence) and notes for the user."""

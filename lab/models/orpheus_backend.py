@@ -31,6 +31,7 @@ from lab.models.orpheus_format import (
     load_tokenizer,
 )
 from lab.models.orpheus_tts import OrpheusTTS
+from lab.models.sizing import Plan, Work
 from lab.models.snac_codec import (
     FRAME_CODES,
     HUB_ID,
@@ -154,6 +155,13 @@ class OrpheusBackend:
     @classmethod
     def load(cls, config: PipelineConfig, device: torch.device) -> OrpheusBackend:
         return cls(config, device)
+
+    @classmethod
+    def size(cls, work: Work) -> Plan:
+        """What `work` would hold and do, from shapes alone, before anything loads."""
+        from lab.models.orpheus_sizing import size_orpheus
+
+        return size_orpheus(work)
 
     def fallbacks(self) -> list[str]:
         dummy = [self.family.dummy_warning] if self.config.weights == "dummy" else []

@@ -18,6 +18,7 @@ from lab.frontend import prepare
 from lab.metrics.timers import RequestMeter, StageTimer
 from lab.models.backend import Family
 from lab.models.piper_voice import PiperVoice, load_voice
+from lab.models.sizing import Plan, Work
 from lab.quant.plan import PrecisionPlan, apply_knobs
 from lab.stream import Crossfader, plan_windows
 
@@ -81,6 +82,13 @@ class PiperBackend:
     @classmethod
     def load(cls, config: PipelineConfig, device: torch.device) -> PiperBackend:
         return cls(load_voice(config.model), config, device)
+
+    @classmethod
+    def size(cls, work: Work) -> Plan:
+        """What `work` would hold and do, from shapes alone, before anything loads."""
+        from lab.models.piper_sizing import size_piper
+
+        return size_piper(work)
 
     def fallbacks(self) -> list[str]:
         return list(self.precision.notes)

@@ -11,12 +11,14 @@ def launch(host: str = "127.0.0.1", port: int = 7860, data_dir: str | Path | Non
            warm: bool = True) -> None:
     """Build the app and serve it until interrupted.
 
-    The default pipeline is loaded before the server opens, behind a progress bar, so the
-    first click in the browser does not wait for weights.
+    The default pipeline is loaded, and the pre-run estimate's sizes and device probe are
+    computed once, before the server opens, behind a progress bar, so the first click in the
+    browser waits for neither.
     """
-    from lab.ui.blocks import CSS, LabContext, build_app, data_dir_from_env
+    from lab.estimate import estimate
+    from lab.ui.blocks import LabContext, build_app, data_dir_from_env
 
-    steps = ["data directory", "default pipeline", "interface"]
+    steps = ["data directory", "default pipeline", "estimate", "interface"]
     with tqdm(total=len(steps), desc="starting lab", unit="step") as bar:
         bar.set_postfix_str(steps[0])
         ctx = LabContext(Path(data_dir) if data_dir else data_dir_from_env())
@@ -24,9 +26,35 @@ def launch(host: str = "127.0.0.1", port: int = 7860, data_dir: str | Path | Non
         bar.set_postfix_str(steps[1])
         if warm:
             ctx.cache.get(ctx.default, on_load=bar.set_postfix_str)
+            bar.update()
+            bar.set_postfix_str(steps[2])
+            estimate(ctx.default, 100, rates_dir=ctx.data_dir, loaded=True)
+        else:
+            bar.update()
         bar.update()
         bar.set_postfix_str(steps[2])
         demo = build_app(ctx)
         bar.update()
+    serve(demo, ctx, host, port)
+
+
+def serve(demo, ctx, host: str, port: int) -> None:
+    """Serve the UI and the player's PCM route from one server on one port.
+
+    The route must sit beside Gradio's own, so the app is a FastAPI app with Gradio mounted
+    at its root rather than Gradio's own launcher.
+    """
+    import gradio as gr
+    import uvicorn
+    from fastapi import FastAPI
+
+    from lab.ui import player
+    from lab.ui.blocks import CSS
+
+    app = FastAPI()
+    player.mount(app, ctx.player)
     demo.queue(default_concurrency_limit=2)
-    demo.launch(server_name=host, server_port=port, css=CSS, footer_links=[], show_error=True)
+    gr.mount_gradio_app(app, demo, path="/", css=CSS, head=player.head(), footer_links=[],
+                        show_error=True)
+    print(f"TTS Optimization Lab on http://{host}:{port}/", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -4,65 +4,117 @@ Both sides render the same text with the same seed. The listener hears them as X
 random order and votes before learning which is which; the vote goes to the SQLite store
 first, and only then are the labels, the MOS proxy, WER and fidelity revealed. Config A is
 the baseline: B passes when its quality is within the lab's tolerance of A's.
+
+As in the arenas, a vote counts only once both clips were heard: each player's play event is
+recorded in the session's state on the server, the vote buttons open when both sides have
+played, and the vote itself is refused before that, whatever the browser sends. A config's
+label is its own (never shaped by its opponent) and the baseline stays the baseline, so one
+pair is one row of the win table; the pair's running count sits beside the vote buttons.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import gradio as gr
 import numpy as np
 
 from lab.bench.runner import config_label
-from lab.config import LIMITS, PipelineConfig, to_dict
-from lab.listening import BlindTrial, Contender, new_session_id, new_trial
+from lab.config import LIMITS, PipelineConfig
+from lab.listening import BlindTrial, Contender, VoteError, new_session_id, new_trial, unheard
 from lab.quality import compare, evaluate
-from lab.ui import charts
+from lab.ui import charts, tables
 from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, pcm16, resolve_config
 from lab.ui.knobs import Panel, build_panel
+from lab.ui.tables import PERCENT, Column
 
 if TYPE_CHECKING:
+    from lab.listening import WinRate
+    from lab.pipeline import Pipeline, Synthesis
     from lab.ui.blocks import LabContext
 
-WIN_COLUMNS = ["config_a", "config_b", "votes", "a_wins", "b_wins", "ties", "a_win_rate",
-               "b_win_rate"]
+WIN_COLUMNS = {
+    "baseline": Column("Baseline"),
+    "candidate": Column("Candidate"),
+    "votes": Column("Votes"),
+    "baseline_wins": Column("Baseline wins"),
+    "ties": Column("Same"),
+    "candidate_wins": Column("Candidate wins"),
+    "candidate_win_rate": Column("Candidate win rate", PERCENT),
+}
 MOS_KEYS = ("ovrl", "sig", "bak", "p808")
+DEFAULT_SEED = PipelineConfig().seed
+CANCELLED = "Cancelled; render a new pair to vote."
+
+
+class RenderCancelled(RuntimeError):
+    """The listener cancelled the rendering of the pair."""
 
 
 @dataclass
 class Rendered:
-    """A trial and the two takes behind it, held in the browser session until the vote."""
+    """A trial and the two takes behind it, held in the browser session until the vote,
+    with the sides the listener has played so far."""
 
     trial: BlindTrial
     sample_rate: int
     audio_a: np.ndarray
     audio_b: np.ndarray
     voted: bool = False
+    heard: set[str] = field(default_factory=set)
+
+    @property
+    def can_vote(self) -> bool:
+        return not self.voted and not unheard(self.heard)
 
 
-def _label(cfg: PipelineConfig, other: PipelineConfig) -> str:
-    """A table label: the speed knobs, plus whichever other fields tell the two sides apart."""
-    mine, theirs = to_dict(cfg), to_dict(other)
-    extra = [f"{k}={v}" for k, v in mine.items() if v != theirs[k] and k != "seed"]
-    shown = config_label(cfg)
-    extra = [e for e in extra if e.split("=", 1)[1] not in shown.split()]
-    return " ".join([shown, *extra])
+def label_of(cfg: PipelineConfig) -> str:
+    """A config's name in votes and tables: its own knobs, whatever it is compared with.
+
+    Both sides share the trial's seed, which is kept with the vote, so the label leaves it
+    out: the same two configs make one pair whichever seed a trial used.
+    """
+    return config_label(cfg.replace(seed=DEFAULT_SEED))
+
+
+def _take(pipe: Pipeline, text: str, cancel: threading.Event | None) -> Synthesis:
+    """One rendering; a streaming config is read chunk by chunk so a cancel stops it."""
+    if cancel is None or not pipe.config.stream:
+        return pipe.synthesize(text)
+    stream = pipe.stream(text)
+    try:
+        while True:
+            if cancel.is_set():
+                raise RenderCancelled("rendering cancelled")
+            try:
+                next(stream)
+            except StopIteration as done:
+                return done.value
+    finally:
+        stream.close()
 
 
 def render(ctx: LabContext, text: str, seed: float, session: str | None,
-           cfg_a: PipelineConfig, cfg_b: PipelineConfig, progress: gr.Progress):
-    """Render both sides with one seed and shuffle them; returns (state, X, Y, session)."""
+           cfg_a: PipelineConfig, cfg_b: PipelineConfig, progress: gr.Progress,
+           cancel: threading.Event | None = None):
+    """Render both sides with one seed and shuffle them; returns (state, X, Y, session).
+
+    Setting `cancel` stops the rendering between chunks (RenderCancelled).
+    """
     cfg_a, cfg_b = cfg_a.replace(seed=int(seed)), cfg_b.replace(seed=int(seed))
     session = session or new_session_id()
     takes = []
     for n, cfg in enumerate((cfg_a, cfg_b)):
+        if cancel is not None and cancel.is_set():
+            raise RenderCancelled("rendering cancelled")
         progress((n, 2), desc=f"rendering {'AB'[n]}")
         pipe = ctx.cache.get(cfg, on_load=lambda msg, n=n: progress((n, 2), desc=msg))
-        takes.append(pipe.synthesize(text))
-    a = Contender(_label(cfg_a, cfg_b), cfg_a)
-    b = Contender(_label(cfg_b, cfg_a), cfg_b)
+        takes.append(_take(pipe, text, cancel))
+    a = Contender(label_of(cfg_a), cfg_a)
+    b = Contender(label_of(cfg_b), cfg_b)
     trial = new_trial(a, b, text, int(seed), session)
     state = Rendered(trial, takes[0].sample_rate, takes[0].audio, takes[1].audio)
     audio = {"A": takes[0].audio, "B": takes[1].audio}
@@ -92,9 +144,35 @@ def reveal_quality(state: Rendered, progress: gr.Progress) -> tuple[str, object]
     return md, charts.quality_pair(mos)
 
 
-def win_table(ctx: LabContext) -> tuple[list[list], object]:
+def win_table(ctx: LabContext) -> tuple[object, object]:
     rows = [r.to_row() for r in ctx.votes.win_rates()]
-    return [[r[c] for c in WIN_COLUMNS] for r in rows], charts.win_rates(rows)
+    return tables.readable(rows, WIN_COLUMNS), charts.win_rates(rows)
+
+
+def _count(rate: WinRate) -> str:
+    return f"{rate.total} vote{'s' * (rate.total != 1)}"
+
+
+def tally_text(ctx: LabContext, state: Rendered | None) -> str:
+    """The pair's running count, beside the vote buttons.
+
+    Before the vote only the number of votes shows, so the split cannot sway the listener;
+    after it, how the baseline and the candidate have fared.
+    """
+    if state is None:
+        return f"**Votes stored:** {len(ctx.votes)} across {len(ctx.votes.win_rates())} pairs."
+    trial = state.trial
+    rate = ctx.votes.win_rate(trial.a.label, trial.b.label)
+    if not state.voted:
+        heard = " · ".join(f"{s.upper()} {'✓' if s in state.heard else '✗ not played'}"
+                           for s in ("x", "y"))
+        so_far = "no votes yet" if rate is None else f"{_count(rate)} so far"
+        return f"**This pair:** {so_far}.  \n**Heard:** {heard}"
+    if rate is None:  # the store lost the vote: say so rather than show an empty split
+        return "**This pair:** no votes found in the store."
+    wins = {rate.baseline: rate.baseline_wins, rate.candidate: rate.candidate_wins}
+    return (f"**This pair:** {_count(rate)}  \nbaseline **{wins.get(trial.a.label, 0)}** · "
+            f"same **{rate.ties}** · candidate **{wins.get(trial.b.label, 0)}**")
 
 
 def export_votes(ctx: LabContext) -> str:
@@ -110,23 +188,47 @@ class AbWidgets:
     table: gr.Dataframe
     win_chart: gr.Plot
     status: gr.Markdown
+    tally: gr.Markdown
     buttons: list
+
+
+def mark_heard(ctx: LabContext, w: AbWidgets, side: str, state: Rendered | None) -> dict:
+    """Record that `side` was played; the vote buttons open once both sides have been."""
+    if state is None or state.voted:
+        return {}
+    state.heard.add(side)
+    out = {w.state: state, w.tally: tally_text(ctx, state),
+           **{b: gr.Button(interactive=state.can_vote) for b in w.buttons}}
+    if state.can_vote:
+        out[w.status] = "Both heard: vote now."
+    return out
 
 
 def cast_vote(ctx: LabContext, w: AbWidgets, choice: str, state: Rendered | None,
               progress: gr.Progress):
-    """Store the vote durably, then reveal labels and quality."""
+    """Store the vote durably, then reveal labels and quality.
+
+    Refused, with the reason, before a pair is rendered, after its vote, and before both
+    clips have been played.
+    """
     if state is None or state.voted:
         msg = "Render a new blind pair first." if state is None else "This pair has a vote."
         gr.Warning(msg)
         return {w.status: f"⚠️ **{msg}**"}
-    stored = ctx.votes.record(state.trial.vote(choice))
+    try:
+        vote = state.trial.vote(choice, heard=state.heard)
+    except VoteError as err:
+        msg = str(err)[0].upper() + str(err)[1:] + "."
+        gr.Warning(msg)
+        return {w.status: f"⚠️ **{msg}**", w.tally: tally_text(ctx, state)}
+    stored = ctx.votes.record(vote)
     state.voted = True
     labels = state.trial.reveal()
     table, chart = win_table(ctx)
     out = {
         w.state: state,
         w.status: f"Vote #{stored.id} saved ({choice}).",
+        w.tally: tally_text(ctx, state),
         w.table: table,
         w.win_chart: chart,
         w.reveal: f"**X** was `{labels['X']}` · **Y** was `{labels['Y']}` · you chose "
@@ -152,6 +254,13 @@ def _voter(ctx: LabContext, w: AbWidgets, choice: str):
     return on_vote
 
 
+def _listener(ctx: LabContext, w: AbWidgets, side: str):
+    def on_play(state: Rendered | None):
+        return mark_heard(ctx, w, side, state)
+
+    return on_play
+
+
 def _panel(side: str, cfg: PipelineConfig, preset: str | None) -> Panel:
     with gr.Column():
         gr.Markdown(f"### Config {side}" + (" (baseline)" if side == "A" else " (candidate)"))
@@ -159,52 +268,85 @@ def _panel(side: str, cfg: PipelineConfig, preset: str | None) -> Panel:
 
 
 def build(ctx: LabContext, demo: gr.Blocks) -> None:
+    cancels: dict[str, threading.Event] = {}
     text = gr.Textbox(EXAMPLE_TEXT, lines=2, label="Text (same for both)", elem_id="ab-text")
     seed = gr.Number(0, precision=0, minimum=LIMITS["seed"][0], maximum=LIMITS["seed"][1],
                      label="Seed (same for both)", elem_id="ab-seed")
     with gr.Accordion("Configurations", open=False), gr.Row():
         panel_a = _panel("A", ctx.default, ctx.default_preset)
         panel_b = _panel("B", ctx.default.replace(decode_interval=8, overlap=4), None)
-    go = gr.Button("Render blind pair", variant="primary", elem_id="ab-render")
+    with gr.Row():
+        go = gr.Button("Render blind pair", variant="primary", elem_id="ab-render", scale=3)
+        stop = gr.Button("Cancel", variant="stop", elem_id="ab-cancel", scale=1)
     status = gr.Markdown(elem_id="ab-status")
     with gr.Row():
         audio_x = gr.Audio(label="X", interactive=False, elem_id="ab-x", waveform_options=PLAIN)
         audio_y = gr.Audio(label="Y", interactive=False, elem_id="ab-y", waveform_options=PLAIN)
-    with gr.Row():
-        buttons = [gr.Button(label, interactive=False, elem_id=f"ab-vote-{key}")
-                   for key, label in (("x", "X is better"), ("same", "Same"),
-                                      ("y", "Y is better"))]
+    with gr.Row(equal_height=True):
+        with gr.Column(scale=3), gr.Row():
+            buttons = [gr.Button(label, interactive=False, elem_id=f"ab-vote-{key}")
+                       for key, label in (("x", "X is better"), ("same", "Same"),
+                                          ("y", "Y is better"))]
+        with gr.Column(scale=2):
+            tally = gr.Markdown(elem_id="ab-tally")
     with gr.Row():
         with gr.Column(scale=3):
             reveal = gr.Markdown(elem_id="ab-reveal")
         with gr.Column(scale=2):
             quality_chart = gr.Plot(label="MOS proxy", elem_id="ab-quality-chart")
     gr.Markdown("### Win rates across all sessions")
-    table = gr.Dataframe(headers=WIN_COLUMNS, interactive=False, elem_id="ab-win-table")
+    table = gr.Dataframe(headers=tables.headers(list(WIN_COLUMNS), WIN_COLUMNS),
+                         interactive=False, elem_id="ab-win-table")
     win_chart = gr.Plot(elem_id="ab-win-chart")
     with gr.Row():
         export = gr.Button("Export votes as CSV", elem_id="ab-export")
         export_file = gr.File(label="votes.csv", visible=False, elem_id="ab-export-file")
     state, session = gr.State(None), gr.State(None)
-    w = AbWidgets(state, reveal, quality_chart, table, win_chart, status, buttons)
+    w = AbWidgets(state, reveal, quality_chart, table, win_chart, status, tally, buttons)
 
-    def on_render(data: dict, progress=PROGRESS):
+    def on_render(data: dict, request: gr.Request, progress=PROGRESS):
+        """Clear the last pair at once (its vote buttons close with it), then render."""
+        key = request.session_hash or "default"
+        cancel = cancels[key] = threading.Event()
+        closed = [gr.Button(interactive=False)] * 3
+        yield [None, None, None, gr.skip(), "Rendering the pair…", "", tally_text(ctx, None),
+               None, *closed]
         try:
             cfg_a = resolve_config(ctx, panel_a, data)
             cfg_b = resolve_config(ctx, panel_b, data)
             st, x, y, sess = render(ctx, data[text], data[seed], data[session], cfg_a, cfg_b,
-                                    progress)
+                                    progress, cancel)
+        except RenderCancelled:
+            yield [gr.skip()] * 4 + [CANCELLED] + [gr.skip()] * 6
+            return
         except (ValueError, RuntimeError, OSError) as err:
             gr.Warning(str(err))
-            return [gr.skip()] * 4 + [f"⚠️ **{err}**", ""] + [gr.skip()] * 3
-        enable = [gr.Button(interactive=True)] * 3
-        return [st, x, y, sess, "Listen to X and Y, then vote.", "", *enable]
+            yield [gr.skip()] * 4 + [f"⚠️ **{err}**"] + [gr.skip()] * 6
+            return
+        finally:
+            if cancels.get(key) is cancel:
+                del cancels[key]
+        yield [st, x, y, sess, "Play X and Y; the vote opens once you have heard both.", "",
+               tally_text(ctx, st), gr.skip(), *closed]
 
-    go.click(on_render, {text, seed, session, *panel_a.inputs(), *panel_b.inputs()},
-             [state, audio_x, audio_y, session, status, reveal, *buttons],
-             concurrency_limit=1)
-    outputs = [state, reveal, quality_chart, table, win_chart, status, *buttons]
+    def on_cancel(request: gr.Request):
+        event = cancels.get(request.session_hash or "default")
+        if event is None:
+            return "Nothing is rendering."
+        event.set()
+        return CANCELLED
+
+    rendering = go.click(
+        on_render, {text, seed, session, *panel_a.inputs(), *panel_b.inputs()},
+        [state, audio_x, audio_y, session, status, reveal, tally, quality_chart, *buttons],
+        concurrency_limit=1)
+    stop.click(on_cancel, None, status, cancels=[rendering])
+    heard_outputs = [state, tally, status, *buttons]
+    for player, side in ((audio_x, "x"), (audio_y, "y")):
+        player.play(_listener(ctx, w, side), state, heard_outputs, show_progress="hidden",
+                    concurrency_limit=None)
+    outputs = [state, reveal, quality_chart, table, win_chart, status, tally, *buttons]
     for button, choice in zip(buttons, ("x", "same", "y"), strict=True):
         button.click(_voter(ctx, w, choice), state, outputs)
     export.click(lambda: gr.File(export_votes(ctx), visible=True), None, export_file)
-    demo.load(lambda: win_table(ctx), None, [table, win_chart])
+    demo.load(lambda: (*win_table(ctx), tally_text(ctx, None)), None, [table, win_chart, tally])

@@ -19,7 +19,9 @@ from lab.listening import VoteStore
 from lab.metrics.telemetry import TelemetrySampler
 from lab.pipeline import Pipeline
 from lab.ui import ab_tab, bench_tab, live_tab, profile_tab, synth_tab
+from lab.ui.knobs import PanelGroup
 from lab.ui.pipelines import PipelineCache
+from lab.ui.player import StreamHub
 
 DEFAULT_DATA_DIR = Path("runs") / "lab-data"
 DEFAULT_PRESET = "cpu-default"
@@ -28,6 +30,12 @@ CSS = """
 #dummy-warning, .dummy-warning h2 { color: #b00020; }
 .verdict-pass { color: #1b7a2e; font-weight: 600; }
 .verdict-fail { color: #b00020; font-weight: 600; }
+.synth-heard { font-weight: 600; min-height: 1.4em; }
+/* Tables keep their columns in a narrow window and scroll sideways instead of breaking
+   every cell one letter per line. */
+.prose table { display: block; overflow-x: auto; max-width: 100%; }
+.prose th, .prose td { white-space: nowrap; }
+.table-wrap td, .table-wrap th { min-width: 6em; }
 """
 
 
@@ -49,6 +57,7 @@ class LabContext:
     cache: PipelineCache = field(default_factory=PipelineCache)
     votes: VoteStore | None = None
     telemetry: TelemetrySampler = field(default_factory=TelemetrySampler)
+    player: StreamHub = field(default_factory=StreamHub)
     cuda_available: bool = field(default_factory=torch.cuda.is_available)
     default: PipelineConfig = field(default_factory=default_config)
     default_preset: str | None = DEFAULT_PRESET if DEFAULT_PRESET in list_presets() else None
@@ -65,7 +74,11 @@ class LabContext:
 
 
 def build_app(ctx: LabContext | None = None) -> gr.Blocks:
-    """The whole app: Synthesize, A/B, Benchmark, Live and Profile tabs."""
+    """The whole app: Synthesize, A/B, Benchmark, Live and Profile tabs.
+
+    The knob panels of the tabs that run one config share their state, so a setting made on
+    one tab is the setting on the others; A/B keeps its own two panels, one per side.
+    """
     ctx = ctx or LabContext(data_dir_from_env())
     ctx.telemetry.start()
     with gr.Blocks(title="TTS Optimization Lab") as demo:
@@ -74,17 +87,19 @@ def build_app(ctx: LabContext | None = None) -> gr.Blocks:
             "Make text-to-speech fast and prove it still sounds right. "
             f"Data directory: `{ctx.data_dir}`"
         )
+        shared = PanelGroup()  # Synthesize, Benchmark and Profile show one knob state
         with gr.Tabs():
-            with gr.Tab("Synthesize", id="synth") as synth:
+            with gr.Tab("Synthesize", id="synth") as synth, shared.collect():
                 synth_tab.build(ctx)
             with gr.Tab("A/B", id="ab") as ab:
                 ab_tab.build(ctx, demo)
-            with gr.Tab("Benchmark", id="bench") as bench:
+            with gr.Tab("Benchmark", id="bench") as bench, shared.collect():
                 bench_tab.build(ctx)
             with gr.Tab("Live", id="live") as live:
                 timer = live_tab.build(ctx)
-            with gr.Tab("Profile", id="profile") as prof:
+            with gr.Tab("Profile", id="profile") as prof, shared.collect():
                 profile_tab.build(ctx)
+        shared.link()
         live.select(lambda: gr.Timer(active=True), None, timer)
         for other in (synth, ab, bench, prof):
             other.select(lambda: gr.Timer(active=False), None, timer)

@@ -8,13 +8,15 @@ from the same lab results, and a chart never needs a model loaded to be rendered
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.bench.complexity import fit_power_law
+from lab.bench.complexity import MIN_POINTS, fit_power_law
+from lab.metrics.events import BENCHMARK, USER
 
 TEMPLATE = "plotly_white"
 HEIGHT = 340
@@ -132,20 +134,71 @@ def by_setting(rows: Sequence[dict], axis: str) -> go.Figure:
     return _layout(fig, f"Speed by {axis}", showlegend=False)
 
 
+def number(value: float) -> str:
+    """A tick or cell number as people write it: 1,200 and 85, not 1.2k or 85.00001."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _log_ticks(values: Sequence[float], max_ticks: int = 8, pad: float = 1.15) -> dict:
+    """A log axis over the data (widened by `pad` each way) with ticks at round numbers
+    inside it, labelled in full.
+
+    Plotly's own log ticks label a short range with bare mantissas ("2", "5") between
+    decade labels, which reads as noise; round values (1-2-5 steps, finer when the range
+    is narrow) keep every label a number a reader can use. The range is set here so that
+    every tick chosen is on screen.
+    """
+    lo, hi = min(values), max(values)
+    if lo <= 0:
+        return {}
+    lo_edge, hi_edge = lo / pad, hi * pad
+    ticks: list[float] = []
+    for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
+        decades = range(math.floor(math.log10(lo_edge)), math.ceil(math.log10(hi_edge)) + 1)
+        ticks = [m * 10.0**e for e in decades for m in mantissas]
+        ticks = [t for t in ticks if lo_edge <= t <= hi_edge]
+        if len(ticks) >= 3:
+            break
+    if len(ticks) < 2 or len(ticks) > max_ticks:
+        ticks = sorted({lo, hi})
+    return dict(tickmode="array", tickvals=ticks, ticktext=[number(t) for t in ticks],
+                range=[math.log10(lo_edge), math.log10(hi_edge)])
+
+
+def _at_values(values: Sequence[float], max_ticks: int = 8) -> dict:
+    """A log axis with ticks at the measured values when few enough to read, else round
+    ticks."""
+    ticks = _log_ticks(values, max_ticks)
+    distinct = sorted(set(values))
+    if len(distinct) <= max_ticks:
+        ticks.update(tickvals=distinct, ticktext=[number(v) for v in distinct])
+    return ticks
+
+
 def latency_vs_length(rows: Sequence[dict]) -> go.Figure:
-    """Log-log latency against input length with the fitted power law and its exponent."""
+    """Log-log latency against input length, with the fitted power law and its exponent once
+    there are enough lengths for a fit to mean something (`MIN_POINTS`)."""
     xs, ys = _xy(rows, "n_chars", "latency_p50_ms")
     title = "Latency vs input length (log-log)"
-    if len(set(xs)) < 2:
-        return empty(title, "need at least two input lengths to fit an exponent")
-    fit = fit_power_law(xs, ys)
+    if not xs:
+        return empty(title, "no input length finished")
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="measured p50"))
-    fig.add_trace(go.Scatter(x=xs, y=list(fit.predict(xs)), mode="lines",
-                             name=f"fit: n^{fit.k:.2f} (R² {fit.r2:.2f})"))
-    return _layout(fig, f"{title}: exponent k = {fit.k:.2f}", xaxis_type="log",
-                   yaxis_type="log", xaxis_title="input length (characters)",
-                   yaxis_title="latency p50 (ms)")
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="measured p50",
+                             marker=dict(size=9)))
+    lengths = len(set(xs))
+    if lengths < MIN_POINTS:
+        title = (f"{title}<br><sup>no exponent fitted: {lengths} input length(s), "
+                 f"a fit needs at least {MIN_POINTS}</sup>")
+    else:
+        fit = fit_power_law(xs, ys)
+        fig.add_trace(go.Scatter(x=xs, y=list(fit.predict(xs)), mode="lines",
+                                 name=f"fit: n^{fit.k:.2f} (R² {fit.r2:.2f}, {lengths} lengths)"))
+        title = f"{title}: exponent k = {fit.k:.2f}"
+    return _layout(fig, title,
+                   xaxis=dict(type="log", title="input length (characters)", **_at_values(xs)),
+                   yaxis=dict(type="log", title="latency p50 (ms)", **_log_ticks(ys)))
 
 
 def sweep_figures(axis: str, rows: Sequence[dict]) -> list[go.Figure]:
@@ -166,20 +219,19 @@ def sweep_figures(axis: str, rows: Sequence[dict]) -> list[go.Figure]:
 
 
 def win_rates(rows: Sequence[dict]) -> go.Figure:
-    """Stacked bars per config pair: share won by each side and share of ties."""
+    """Stacked bars per config pair: share won by the baseline, ties, and the candidate."""
     title = "Blind A/B win rates"
     if not rows:
         return empty(title, "no votes yet")
-    pairs = [f"{r['config_a']}<br>vs {r['config_b']} (n={r['votes']})" for r in rows]
+    pairs = [f"{r['candidate']}<br>vs {r['baseline']} (n={r['votes']})" for r in rows]
     fig = go.Figure()
-    fig.add_trace(go.Bar(y=pairs, x=[r["a_win_rate"] for r in rows], name="first wins",
-                         orientation="h", marker_color="#4c78a8"))
-    fig.add_trace(go.Bar(y=pairs, x=[r["ties"] / r["votes"] for r in rows], name="same",
-                         orientation="h", marker_color="#bab0ac"))
-    fig.add_trace(go.Bar(y=pairs, x=[r["b_win_rate"] for r in rows], name="second wins",
-                         orientation="h", marker_color="#f58518"))
-    return _layout(fig, title, barmode="stack", xaxis=dict(range=[0, 1], title="share"),
-                   legend_traceorder="normal")
+    for key, name, color in (("baseline_win_rate", "baseline wins", "#4c78a8"),
+                             ("tie_rate", "same", "#bab0ac"),
+                             ("candidate_win_rate", "candidate wins", "#f58518")):
+        fig.add_trace(go.Bar(y=pairs, x=[r[key] for r in rows], name=name, orientation="h",
+                             marker_color=color))
+    return _layout(fig, title, barmode="stack", legend_traceorder="normal",
+                   xaxis=dict(range=[0, 1], title="share of votes", tickformat=".0%"))
 
 
 def quality_pair(scores: dict[str, dict[str, float | None]]) -> go.Figure:
@@ -195,39 +247,83 @@ def _times(stamps: Sequence[float]) -> list[dt.datetime]:
     return [dt.datetime.fromtimestamp(t) for t in stamps]
 
 
-def telemetry(samples: Sequence[dict], has_gpu: bool) -> go.Figure:
-    """Utilization, memory and power over time; host CPU/RAM when there is no GPU."""
+def gapped(rows: Sequence[dict], keys: Sequence[str], gap_s: float,
+           start: str | None = None) -> tuple[list, dict[str, list]]:
+    """(times, {key: values}) with a blank wherever nothing happened for over `gap_s`.
+
+    A line drawn from the last point before an idle spell to the first one after it looks
+    like a measurement across the gap; plotly breaks a line at a None, so one goes in
+    between. `start`, when given, names a field holding how long before its `time` each
+    row began (a request's duration in ms), so the gap is idle time, not time between ends.
+    """
+    times: list = []
+    values: dict[str, list] = {k: [] for k in keys}
+    last_end = None
+    for row in sorted(rows, key=lambda r: r["time"]):
+        began = row["time"] - (row.get(start) or 0) / 1000 if start else row["time"]
+        if last_end is not None and began - last_end > gap_s:
+            times.append(dt.datetime.fromtimestamp((last_end + began) / 2))
+            for k in keys:
+                values[k].append(None)
+        times.append(dt.datetime.fromtimestamp(row["time"]))
+        for k in keys:
+            values[k].append(row.get(k))
+        last_end = row["time"]
+    return times, values
+
+
+def telemetry(samples: Sequence[dict], has_gpu: bool, gap_s: float = 3.0) -> go.Figure:
+    """Utilization, memory and power over time; host CPU/RAM when there is no GPU.
+
+    Lines break where no sample came for over `gap_s` (the sampler was stopped or stalled).
+    """
     title = "GPU telemetry" if has_gpu else "Host telemetry (no GPU)"
     if not samples:
         return empty(title, "waiting for the first sample")
-    t = _times([s["time"] for s in samples])
     if not has_gpu:
+        t, v = gapped(samples, ("cpu_percent", "ram_used_mb"), gap_s)
         fig = make_subplots(rows=1, cols=2, subplot_titles=("CPU %", "RAM used (MB)"))
-        fig.add_trace(go.Scatter(x=t, y=[s["cpu_percent"] for s in samples], name="CPU %"), 1, 1)
-        fig.add_trace(go.Scatter(x=t, y=[s["ram_used_mb"] for s in samples], name="RAM MB"), 1, 2)
+        fig.add_trace(go.Scatter(x=t, y=v["cpu_percent"], name="CPU %"), 1, 1)
+        fig.add_trace(go.Scatter(x=t, y=v["ram_used_mb"], name="RAM MB"), 1, 2)
         return _layout(fig, title)
+    keys = ("gpu_util_percent", "gpu_mem_bw_percent", "gpu_mem_used_mb", "gpu_power_w",
+            "gpu_sm_clock_mhz", "gpu_mem_clock_mhz")
+    t, v = gapped(samples, keys, gap_s)
     fig = make_subplots(rows=1, cols=4, subplot_titles=(
         "utilization %", "memory used (MB)", "power (W)", "clocks (MHz)"))
     for key, name in (("gpu_util_percent", "SM util"), ("gpu_mem_bw_percent", "mem-bandwidth")):
-        fig.add_trace(go.Scatter(x=t, y=[s[key] for s in samples], name=name), 1, 1)
-    fig.add_trace(go.Scatter(x=t, y=[s["gpu_mem_used_mb"] for s in samples], name="memory"), 1, 2)
-    fig.add_trace(go.Scatter(x=t, y=[s["gpu_power_w"] for s in samples], name="power"), 1, 3)
+        fig.add_trace(go.Scatter(x=t, y=v[key], name=name), 1, 1)
+    fig.add_trace(go.Scatter(x=t, y=v["gpu_mem_used_mb"], name="memory"), 1, 2)
+    fig.add_trace(go.Scatter(x=t, y=v["gpu_power_w"], name="power"), 1, 3)
     for key, name in (("gpu_sm_clock_mhz", "SM clock"), ("gpu_mem_clock_mhz", "memory clock")):
-        fig.add_trace(go.Scatter(x=t, y=[s[key] for s in samples], name=name), 1, 4)
+        fig.add_trace(go.Scatter(x=t, y=v[key], name=name), 1, 4)
     return _layout(fig, title)
 
 
-def request_latency(events: Sequence[dict]) -> go.Figure:
+def request_latency(events: Sequence[dict], gap_s: float = 5.0) -> go.Figure:
+    """User requests' latency and TTFB over time, and benchmark runs apart in grey.
+
+    A line joins requests only within a burst: it breaks where the service sat idle for
+    over `gap_s` between one request's end and the next one's start.
+    """
     title = "Requests: total latency and TTFB"
     points = [e for e in events if e.get("total_ms") is not None]
     if not points:
         return empty(title, "no synthesis requests in this window yet")
-    t = _times([e["time"] for e in points])
+    user = [e for e in points if e.get("source", USER) == USER]
+    bench = [e for e in points if e.get("source", USER) == BENCHMARK]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=t, y=[e["total_ms"] for e in points], mode="markers+lines",
-                             name="total ms"))
-    fig.add_trace(go.Scatter(x=t, y=[e.get("ttfb_ms") for e in points], mode="markers+lines",
-                             name="TTFB ms"))
+    t, v = gapped(user, ("total_ms", "ttfb_ms"), gap_s, start="total_ms")
+    fig.add_trace(go.Scatter(x=t, y=v["total_ms"], mode="markers+lines", name="total ms",
+                             line=dict(color="#4c78a8")))
+    fig.add_trace(go.Scatter(x=t, y=v["ttfb_ms"], mode="markers+lines", name="TTFB ms",
+                             line=dict(color="#f58518")))
+    if bench:
+        t, v = gapped(bench, ("total_ms",), gap_s, start="total_ms")
+        fig.add_trace(go.Scatter(x=t, y=v["total_ms"], mode="markers+lines",
+                                 name="benchmark requests, total ms",
+                                 line=dict(color="#bab0ac", dash="dot"),
+                                 marker=dict(symbol="x", size=6)))
     return _layout(fig, title, yaxis_title="ms")
 
 

@@ -9,7 +9,11 @@ prints when a preset or `--set` asks for it, so a setting is never silently igno
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 
 import gradio as gr
 
@@ -175,7 +179,8 @@ def widget_state(name: str, fam: Family) -> dict:
 
 
 def family_view(name: str, weights: str) -> list:
-    """The note and one update per widget in GOVERNED for a newly selected family.
+    """The note, one update per widget in GOVERNED and the engine section's fold, for a newly
+    selected family: the autoregressive engine's knobs open for a family that has one.
 
     A greyed-out widget is also put back to its default, so a value the family refuses can
     never be left behind where the user cannot change it.
@@ -188,7 +193,7 @@ def family_view(name: str, weights: str) -> list:
             state["value"] = defaults[knob]
         updates.append(gr.update(**state))
     shown = weights if fam.supports("weights") else defaults["weights"]
-    return [family_note(name, shown), *updates]
+    return [family_note(name, shown), *updates, gr.update(open=fam.autoregressive)]
 
 
 @dataclass
@@ -212,6 +217,7 @@ class Knobs:
     temperature: gr.Slider
     top_p: gr.Slider
     note: gr.Markdown
+    engine: gr.Accordion
 
     def inputs(self) -> list[gr.components.Component]:
         return [getattr(self, name) for name in KNOB_FIELDS]
@@ -266,7 +272,8 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
             _slider(n, v[n], key, fam)
             for n in ("batch_size", "decode_interval", "overlap", "crossfade_ms"))
         seed = _seed(v["seed"], key, fam)
-    with gr.Accordion("Autoregressive engine", open=fam.autoregressive), gr.Row():
+    with gr.Accordion("Autoregressive engine", open=fam.autoregressive,
+                      elem_id=f"{key}-ar-engine") as engine, gr.Row():
         kv_cache = _dropdown("kv_cache", v["kv_cache"], key, fam)
         batching, graphs = (_checkbox(n, v[n], key, fam)
                             for n in ("continuous_batching", "cuda_graphs"))
@@ -274,8 +281,8 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
                   decode_interval, overlap, crossfade, seed, kv_cache, batching, graphs,
-                  temperature, top_p, note)
-    family.change(family_view, [family, weights], [note, *knobs.governed()],
+                  temperature, top_p, note, engine)
+    family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")
     return knobs
@@ -287,6 +294,8 @@ class Panel:
 
     `base` holds the preset as plain data, so fields without a widget (voice, max_chars,
     noise scales, the rest of sampling) travel with the request instead of being reset.
+    `edits` are the events by which a person changes the panel (a preset loaded, a knob
+    turned), which `PanelGroup` follows to keep panels in step.
     """
 
     preset: gr.Dropdown
@@ -294,12 +303,17 @@ class Panel:
     status: gr.Markdown
     base: gr.State
     knobs: Knobs
+    edits: list = field(default_factory=list)
 
     def inputs(self) -> list:
         return [self.base, *self.knobs.inputs()]
 
     def outputs(self) -> list:
         return [self.base, *self.knobs.inputs(), self.knobs.note, self.status]
+
+    def state(self) -> list:
+        """What another panel copies to show the same settings: preset, base and knobs."""
+        return [self.preset, self.base, *self.knobs.inputs()]
 
     def config(self, data: dict) -> PipelineConfig:
         """The config from a handler's `{component: value}` inputs (KnobError if invalid)."""
@@ -333,19 +347,94 @@ def preset_outputs(source: str | None, label: str, width: int) -> list:
     return [*values, f"Loaded preset **{label}**."]
 
 
-def build_panel(cfg: PipelineConfig, key: str, preset: str | None = None) -> Panel:
-    """Preset dropdown + YAML upload + knobs, wired so that a preset fills the knobs."""
+UPLOADED = " (uploaded)"
+
+
+def picker_choices(value: str | None) -> list:
+    """The shipped presets, plus `value` when it is an uploaded file (shown by its name)."""
+    choices: list = [(name, name) for name in list_presets()]
+    if value and value not in list_presets():
+        choices.append((Path(value).stem + UPLOADED, value))
+    return choices
+
+
+def picker_update(value: str | None) -> dict:
+    """Show `value` selected in a preset dropdown, adding it to the choices if uploaded."""
+    return gr.update(choices=picker_choices(value), value=value)
+
+
+def _uploaded(path: str | None, width: int) -> list:
+    """Load an uploaded preset; when valid it becomes the dropdown's selection."""
+    if not path:
+        return [gr.skip(), *preset_outputs(None, "", width)]
+    out = preset_outputs(path, f"{Path(path).name} (uploaded)", width)
+    return [picker_update(path) if out[-1].startswith("Loaded") else gr.skip(), *out]
+
+
+def build_panel(cfg: PipelineConfig, key: str, preset: str | None = None,
+                folded: bool = False) -> Panel:
+    """Preset dropdown + YAML upload + knobs, wired so that a preset fills the knobs.
+
+    `folded` puts the knobs in a closed section under the preset, for a first view that
+    asks for nothing but text and a preset.
+    """
     with gr.Row():
-        picker = gr.Dropdown(list_presets(), value=preset, label="Preset", scale=3,
+        picker = gr.Dropdown(picker_choices(preset), value=preset, label="Preset", scale=3,
                              elem_id=f"{key}-preset")
         upload = gr.UploadButton("Upload a preset (YAML)", file_types=[".yaml", ".yml"],
                                  type="filepath", scale=1, elem_id=f"{key}-preset-upload")
     status = gr.Markdown(elem_id=f"{key}-preset-status")
     base = gr.State(to_dict(cfg))
-    knobs = build_knobs(cfg, key)
+    with gr.Accordion("Knobs: precision, compile, batching, streaming, engine", open=not folded,
+                      elem_id=f"{key}-knobs"):
+        knobs = build_knobs(cfg, key)
     panel = Panel(picker, upload, status, base, knobs)
     outputs = panel.outputs()
-    picker.input(lambda name: preset_outputs(name, f"`{name}`", len(outputs)), picker, outputs)
-    upload.upload(lambda path: preset_outputs(path, "(uploaded file)", len(outputs)), upload,
-                  outputs)
+    width = len(outputs)
+    panel.edits.append(picker.input(lambda name: preset_outputs(name, f"`{name}`", width),
+                                    picker, outputs))
+    panel.edits.append(upload.upload(lambda path: _uploaded(path, width), upload,
+                                     [picker, *outputs]))
+    panel.edits += [w.input(None, None, None) for w in knobs.inputs()]
+    if _collecting:
+        _collecting[-1].append(panel)
     return panel
+
+
+_collecting: list[list[Panel]] = []
+
+
+class PanelGroup:
+    """Panels on different tabs that show one knob state: a change on one shows on all.
+
+    Tabs build their own panels; the app collects the ones to share while they are built
+    (`with group.collect(): tab.build(...)`) and links them once all exist. Copies follow
+    only a person's edits (`.input`, a preset load), never programmatic updates, so a copy
+    never triggers another copy.
+    """
+
+    def __init__(self) -> None:
+        self.panels: list[Panel] = []
+
+    @contextmanager
+    def collect(self) -> Iterator[list[Panel]]:
+        _collecting.append(self.panels)
+        try:
+            yield self.panels
+        finally:
+            _collecting.pop()
+
+    def link(self) -> None:
+        for src in self.panels:
+            others = [p for p in self.panels if p is not src]
+            if not others:
+                continue
+            targets = [c for p in others for c in p.state()]
+            copy = partial(_copies, len(others))
+            for edit in src.edits:
+                edit.then(copy, src.state(), targets, show_progress="hidden")
+
+
+def _copies(n: int, preset: str | None, *rest: object) -> list:
+    """`n` copies of one panel's state, the preset as a dropdown update (it may be uploaded)."""
+    return [picker_update(preset), *rest] * n

@@ -4,6 +4,10 @@ A latency spike means little on its own; beside it, GPU utilization, memory-band
 power and clocks say whether the device was saturated, starved or throttled. The tab polls
 the telemetry sampler and the request event log about once a second while it is open.
 Without a GPU it says so and shows the host's CPU and RAM instead.
+
+The Benchmark tab's sweeps run through pipelines too; their requests are counted apart from
+the users' (the event log names each request's source), so a sweep neither inflates the
+request count nor drags the latency percentiles, yet its load is still visible beside them.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 import numpy as np
 
-from lab.metrics.events import events
+from lab.metrics.events import BENCHMARK, USER, events
 from lab.ui import charts
 
 if TYPE_CHECKING:
@@ -22,6 +26,8 @@ if TYPE_CHECKING:
 
 WINDOW_S = 120
 REFRESH_S = 1.0
+REQUEST_GAP_S = 5.0
+"""Idle seconds between two requests beyond which the chart does not join them."""
 
 
 def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
@@ -48,16 +54,30 @@ def readings(sample: Sample | None, status: str) -> str:
     )
 
 
+def _many(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _done(recent: list[dict], source: str) -> list[dict]:
+    return [e for e in recent
+            if e.get("total_ms") is not None and e.get("source", USER) == source]
+
+
 def request_summary(recent: list[dict]) -> str:
-    done = [e for e in recent if e.get("total_ms") is not None]
+    """User requests' count and percentiles; benchmark runs counted on a line of their own."""
+    done, bench = _done(recent, USER), _done(recent, BENCHMARK)
     if not done:
-        return f"No synthesis requests in the last {WINDOW_S} s."
-    total = [e["total_ms"] for e in done]
-    ttfb = [e["ttfb_ms"] for e in done if e.get("ttfb_ms") is not None]
-    line = (f"**{len(done)} requests** in the last {WINDOW_S} s · latency p50 "
-            f"{np.percentile(total, 50):.0f} ms, p95 {np.percentile(total, 95):.0f} ms")
-    if ttfb:
-        line += f" · TTFB p50 {np.percentile(ttfb, 50):.0f} ms"
+        line = f"No user requests in the last {WINDOW_S} s."
+    else:
+        total = [e["total_ms"] for e in done]
+        ttfb = [e["ttfb_ms"] for e in done if e.get("ttfb_ms") is not None]
+        line = (f"**{_many(len(done), 'user request')}** in the last {WINDOW_S} s · latency p50 "
+                f"{np.percentile(total, 50):.0f} ms, p95 {np.percentile(total, 95):.0f} ms")
+        if ttfb:
+            line += f" · TTFB p50 {np.percentile(ttfb, 50):.0f} ms"
+    if bench:
+        line += (f"\n\nBenchmark traffic: **{_many(len(bench), 'request')}** in the same window "
+                 "(not counted above; grey in the chart).")
     return line
 
 
@@ -67,11 +87,12 @@ def refresh(ctx: LabContext) -> tuple:
     latest = samples[-1] if samples else None
     has_gpu = latest is not None and latest.gpu_name is not None
     recent = events.recent(WINDOW_S, kind="synthesis")
+    gap_s = 3 * ctx.telemetry.interval_s
     return (
         readings(latest, ctx.telemetry.gpu_status()),
-        charts.telemetry([s.to_dict() for s in samples], has_gpu),
+        charts.telemetry([s.to_dict() for s in samples], has_gpu, gap_s=gap_s),
         request_summary(recent),
-        charts.request_latency(recent),
+        charts.request_latency(recent, gap_s=REQUEST_GAP_S),
     )
 
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from lab.config import PipelineConfig
 from lab.pipeline import Pipeline
 
-Factory = Callable[[PipelineConfig], Pipeline]
+# Builds a pipeline for a config, reporting each startup stage to the callback it is given.
+Factory = Callable[[PipelineConfig, Callable[[str], None] | None], Pipeline]
 
 
 class PipelineCache:
@@ -48,7 +49,7 @@ class PipelineCache:
             return pipe
 
     def get(self, cfg: PipelineConfig, on_load: Callable[[str], None] | None = None) -> Pipeline:
-        """The pipeline for `cfg`, loading it (and calling `on_load(message)`) on a miss.
+        """The pipeline for `cfg`, loading it on a miss (`on_load(message)` hears each stage).
 
         A load that raises leaves the cache as it was, so the next request tries again.
         """
@@ -61,9 +62,7 @@ class PipelineCache:
             pipe = self._cached(cfg)
             if pipe is not None:
                 return pipe
-            if on_load is not None:
-                on_load(f"loading {cfg.family} ({cfg.model}, {cfg.dtype}, {cfg.quant})")
-            pipe = self.factory(cfg)
+            pipe = self.factory(cfg, on_load)
             with self._lock:
                 self._items[cfg] = pipe
                 self.loads += 1

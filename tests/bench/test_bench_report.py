@@ -59,3 +59,60 @@ def test_meta_override_and_bad_input(tmp_path):
     with pytest.raises(ValueError, match="dataclasses or dicts"):
         write_report([("tuple",)], tmp_path, "bad", {})
     assert list(tmp_path.iterdir()) == []
+
+
+SPREAD_ROW = BenchRow(
+    config="piper-vits:default fp32 cpu",
+    batch_size=1,
+    n_texts=2,
+    repeats=3,
+    wall_s=1.25,
+    audio_s=10.0,
+    rtf=0.125,
+    audio_s_per_s=8.0,
+    latency_p50_ms=600.0,
+    latency_p95_ms=700.0,
+    ttfb_p50_ms=None,
+    ttfb_p95_ms=None,
+    peak_memory_mb=512.0,
+    load_ms=900.0,
+    warmup_ms=4000.0,
+    threads=2,
+    wall_s_min=1.2,
+    wall_s_max=1.5,
+    rtf_min=0.12,
+    rtf_max=0.15,
+    latency_p50_ms_min=600.0,
+    latency_p50_ms_max=600.0,
+    pass_wall_s=(1.5, 1.2, 1.25),
+    pass_audio_s=(10.0, 10.0, 10.0),
+    pass_latency_p50_ms=(600.0, 600.0, 600.0),
+)
+
+
+def test_markdown_folds_each_spread_into_one_cell_and_keeps_load_and_warmup_apart(tmp_path):
+    paths = write_report([SPREAD_ROW], tmp_path, "spread")
+    md = paths.markdown.read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| config"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert {"wall_s", "rtf", "load_ms", "warmup_ms", "threads"} <= set(cols)
+    assert not any(c.endswith(("_min", "_max")) or c.startswith("pass_") for c in cols)
+    row = next(line for line in md.splitlines() if line.startswith("| piper"))
+    cells = dict(zip(cols, (c.strip() for c in row.strip("|").split("|")), strict=True))
+    assert cells["wall_s"] == "1.25 (1.20-1.50)"
+    assert cells["rtf"] == "0.125 (0.12-0.15)"
+    assert cells["latency_p50_ms"] == "600.0"  # no spread to show
+    assert cells["load_ms"] == "900.0" and cells["warmup_ms"] == "4000.0"
+    assert cells["threads"] == "2"
+    assert "median (min-max) over the passes" in md
+
+
+def test_json_and_csv_keep_every_pass(tmp_path):
+    paths = write_report([SPREAD_ROW], tmp_path, "spread")
+    data = json.loads(paths.json.read_text())["rows"][0]
+    assert data["pass_wall_s"] == [1.5, 1.2, 1.25] and data["wall_s_min"] == 1.2
+    with paths.csv.open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert json.loads(row["pass_wall_s"]) == [1.5, 1.2, 1.25]
+    assert row["threads"] == "2" and row["rtf_max"] == "0.15"
+    assert "median (min-max)" not in write_report([ROW], tmp_path, "single").markdown.read_text()

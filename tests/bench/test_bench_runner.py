@@ -228,3 +228,86 @@ def test_a_row_is_labelled_with_the_config_that_ran_after_fallbacks():
     assert pipe.resolved.dtype == "bf16"  # fp16 runs as bf16 on a CPU
     (row,) = run_text_set(lambda b: pipe, ["Hi."], [1], warmup=0, progress=False)
     assert "bf16" in row.config and "fp16" not in row.config
+
+
+class ThreadWatchingVoice(ConvVoice):
+    """ConvVoice that notes the intra-op thread count each call runs on."""
+
+    def __init__(self, config, seen: list[int]):
+        super().__init__(config)
+        self.seen = seen
+
+    def synthesize_batch(self, texts):
+        self.seen.append(torch.get_num_threads())
+        return super().synthesize_batch(texts)
+
+
+def test_a_row_keeps_each_pass_and_reports_median_and_range():
+    (row,) = run_text_set(lambda b: ConvVoice(PipelineConfig(batch_size=b, stream=False)),
+                          TEXTS, [2], repeats=3, warmup=0, progress=False)
+    assert row.repeats == 3 and len(row.pass_wall_s) == 3 and len(row.pass_audio_s) == 3
+    assert row.wall_s == float(np.median(row.pass_wall_s))
+    assert (row.wall_s_min, row.wall_s_max) == (min(row.pass_wall_s), max(row.pass_wall_s))
+    audio = sum(round(len(t) * SECONDS_PER_CHAR * SR) for t in TEXTS) / SR
+    assert all(a == pytest.approx(audio) for a in row.pass_audio_s)
+    rtfs = [w / a for w, a in zip(row.pass_wall_s, row.pass_audio_s, strict=True)]
+    assert (row.rtf_min, row.rtf, row.rtf_max) == pytest.approx(
+        (min(rtfs), float(np.median(rtfs)), max(rtfs)))
+    assert row.latency_p50_ms_min <= row.latency_p50_ms_max
+    assert len(row.pass_latency_p50_ms) == 3 and len(row.pass_ttfb_p50_ms) == 3
+    assert row.ttfb_p50_ms_min == min(row.pass_ttfb_p50_ms)
+    # Each pass is the sum of its groups' walls: 3 groups, each at least the sleep.
+    assert all(w >= 3 * CALL_SLEEP_S for w in row.pass_wall_s)
+
+
+def test_rows_pin_and_record_the_thread_count():
+    before = torch.get_num_threads()
+    seen: list[int] = []
+    rows = run_text_set(lambda b: ThreadWatchingVoice(PipelineConfig(batch_size=b), seen),
+                        TEXTS[:2], [1, 2], warmup=1, progress=False, threads=1)
+    assert [r.threads for r in rows] == [1, 1] and set(seen) == {1}
+    assert torch.get_num_threads() == before
+    (default,) = run_text_set(lambda b: ConvVoice(PipelineConfig(batch_size=b)), TEXTS[:1],
+                              [1], warmup=0, progress=False)
+    assert default.threads == before
+    for bad in (0, 1.5, True):
+        with pytest.raises(BenchError, match="threads"):
+            run_text_set(lambda b: ConvVoice(PipelineConfig(batch_size=b)), TEXTS, [1],
+                         progress=False, threads=bad)
+
+
+def test_summarize_without_pass_walls_shares_the_wall_by_pass():
+    from lab.bench.runner import summarize
+
+    voice = ConvVoice(PipelineConfig(stream=True))
+    results = [voice.synthesize(t) for _ in range(2) for t in TEXTS[:2]]
+    latencies = [10.0, 30.0, 20.0, 40.0]
+    row = summarize(voice, TEXTS[:2], 1, 2, 1.0, latencies, results)
+    assert row.pass_wall_s == pytest.approx((0.4, 0.6))
+    assert row.pass_latency_p50_ms == (20.0, 30.0) and row.threads == torch.get_num_threads()
+
+
+def test_a_real_voice_row_keeps_load_and_warmup_apart_from_its_passes(voice_pipeline):
+    (row,) = run_text_set(lambda b: voice_pipeline, ["Hi there.", "A second line."], [1],
+                          repeats=2, warmup=0, progress=False, threads=1)
+    assert row.threads == 1 and len(row.pass_wall_s) == 2
+    assert row.load_ms == voice_pipeline.startup["load_ms"]
+    assert row.warmup_ms == voice_pipeline.startup["warmup_ms"]
+    assert row.wall_s_min <= row.wall_s <= row.wall_s_max
+
+
+def test_a_row_says_when_its_requests_ran_on_another_thread_count():
+    """A pipeline that reports the threads each request ran on (read on its worker) is
+    checked against the pin: one whose worker kept an older count is called out."""
+    voice = ConvVoice(PipelineConfig(stream=False))
+    results = voice.synthesize_batch(TEXTS[:2])
+    for r in results:
+        r.metrics.threads = 7
+    from lab.bench.runner import summarize
+
+    row = summarize(voice, TEXTS[:2], 2, 1, 0.1, [100.0, 100.0], results, threads=1)
+    assert row.threads == 1 and "pinned 1 threads but requests ran on [7]" in row.fallbacks
+    for r in results:
+        r.metrics.threads = 1
+    row = summarize(voice, TEXTS[:2], 2, 1, 0.1, [100.0, 100.0], results, threads=1)
+    assert "pinned" not in row.fallbacks

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from lab.bench.runner import BenchError
-from lab.bench.sweep import Sweep, text_of_length
+from lab.bench.sweep import Sweep, runner_measure, streaming_measure, text_of_length
 from lab.config import ConfigError, PipelineConfig
+from lab.metrics.events import BENCHMARK, USER, events
 
 BASE = "The quick brown fox jumps over the lazy dog."
 
@@ -112,3 +113,44 @@ def test_measure_must_return_rows():
     (row,) = result.rows()
     assert row["axis"] == "batch_size" and row["value"] == 1
     assert "must return a BenchRow, a dict or a list of them, got float" in row["error"]
+
+
+class CancelAfter:
+    """The real voice, with a cancel set once `n` requests have gone through it."""
+
+    def __init__(self, pipe, cancel: threading.Event, n: int) -> None:
+        self.pipe, self.cancel, self.n, self.calls = pipe, cancel, n, 0
+
+    def __getattr__(self, name):
+        return getattr(self.pipe, name)
+
+    def synthesize_batch(self, texts):
+        self.calls += 1
+        if self.calls == self.n:
+            self.cancel.set()
+        return self.pipe.synthesize_batch(texts)
+
+
+def test_cancel_inside_a_point_stops_at_the_next_request_and_drops_that_point(voice_pipeline):
+    cancel = threading.Event()
+    voice = CancelAfter(voice_pipeline, cancel, n=6)
+    measure = runner_measure(lambda cfg: voice, warmup=1, cancel=cancel)
+    texts = ["One.", "Two.", "Three."]
+    sweep = Sweep("batch_size", [1, 2], voice_pipeline.config, texts, measure)
+    result = sweep.run(cancel=cancel, bar=False)
+    # batch 1: a warm-up and three requests; batch 2: a warm-up and one pair of texts, which
+    # sets the cancel, so its second pair is refused and the point is dropped, not an error.
+    assert voice.calls == 6
+    assert [p.value for p in result.points] == [1] and result.points[0].error is None
+    assert result.cancelled
+
+
+def test_sweep_requests_are_benchmark_traffic_and_only_while_measured(voice_pipeline):
+    before = len(events.recent(kind="synthesis"))
+    measure = runner_measure(lambda cfg: voice_pipeline, warmup=1)
+    Sweep("batch_size", [1], voice_pipeline.config, ["Hi."], measure).run(bar=False)
+    stream = streaming_measure(lambda cfg: voice_pipeline)
+    Sweep("decode_interval", [8], voice_pipeline.config, ["Hi."], stream).run(bar=False)
+    voice_pipeline.synthesize("A user asks.")
+    sources = [e["source"] for e in events.recent(kind="synthesis")[before:]]
+    assert sources == [BENCHMARK] * 4 + [USER]

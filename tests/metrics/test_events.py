@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from lab.metrics.events import EventLog, events
+from lab.metrics.events import BENCHMARK, USER, EventLog, events
 
 
 def test_record_and_recent_in_order_with_kind_filter():
@@ -74,3 +74,41 @@ def test_concurrent_writers_lose_nothing():
 
 def test_module_level_log_exists():
     assert isinstance(events, EventLog)
+
+
+class _Pipe:
+    """Stands in for a pipeline: records a request the way the pipeline does."""
+
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
+
+    def serve(self) -> None:
+        self.log.record("synthesis", source=self.log.source_of(self), total_ms=1.0)
+
+
+def test_requests_are_user_traffic_unless_their_pipeline_is_tagged():
+    log = EventLog()
+    user_pipe, bench_pipe = _Pipe(log), _Pipe(log)
+    user_pipe.serve()
+    with log.tagged(bench_pipe, BENCHMARK):
+        bench_pipe.serve()
+        user_pipe.serve()
+    bench_pipe.serve()
+    assert [e["source"] for e in log.recent()] == [USER, BENCHMARK, USER, USER]
+    assert len(log.recent(kind="synthesis", source=BENCHMARK)) == 1
+    assert len(log.recent(source=USER)) == 3
+
+
+def test_tags_nest_and_restore_and_an_untagged_event_counts_as_user():
+    log = EventLog()
+    pipe = _Pipe(log)
+    with log.tagged(pipe, "warmup"):
+        with log.tagged(pipe, BENCHMARK):
+            assert log.source_of(pipe) == BENCHMARK
+        assert log.source_of(pipe) == "warmup"
+    assert log.source_of(pipe) == USER
+    log.record("synthesis", total_ms=2.0)
+    assert [e["total_ms"] for e in log.recent(source=USER)] == [2.0]
+    with pytest.raises(ValueError, match="source"), log.tagged(pipe, ""):
+        pass
+

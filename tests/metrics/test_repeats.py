@@ -32,3 +32,36 @@ def test_pinned_threads_sets_and_restores():
     with pytest.raises(ValueError, match="threads"):
         with pinned_threads(0):
             pass
+
+
+def test_spread_keeps_its_values_in_order_without_changing_equality():
+    s = Spread.of([3.0, 1.0, 2.0])
+    assert s.values == (3.0, 1.0, 2.0)
+    assert s == Spread(2.0, 1.0, 3.0, 3)
+    spread, _ = timed_repeats(lambda: None, repeats=4, warmup=0)
+    assert len(spread.values) == 4 and spread.low == min(spread.values)
+
+
+def test_a_thread_that_first_runs_inside_the_pin_keeps_the_pinned_count():
+    import queue
+    import threading
+
+    jobs: queue.Queue = queue.Queue()
+    seen: list[int] = []
+
+    def worker():
+        while (job := jobs.get()) is not None:
+            seen.append(job())
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        with pinned_threads(1):
+            jobs.put(torch.get_num_threads)
+            while not seen:
+                threading.Event().wait(0.01)
+        jobs.put(torch.get_num_threads)
+    finally:
+        jobs.put(None)
+        thread.join()
+    assert seen == [1, 1]

@@ -1,8 +1,14 @@
-"""The whole app, built once per module on a temporary data directory, for wiring tests."""
+"""The whole app, built once per module on a temporary data directory, for wiring tests; and,
+for browser tests, the app running as a subprocess with a headless Chromium per module."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+from browser import CHROME_ARGS, CHROMIUM, App
+from playwright.sync_api import sync_playwright
 
 from lab.ui.blocks import LabContext, build_app
 
@@ -22,9 +28,14 @@ class BuiltApp:
         return self.ids[elem_id]
 
     def handlers(self, elem_id: str, event: str) -> list:
-        """The functions Gradio runs when `event` fires on the component `elem_id`."""
+        """The Python functions Gradio runs when `event` fires on the component `elem_id`,
+        following `.then` past a browser-only step (a `js=` with no Python function)."""
         target = (self.component(elem_id)._id, event)
-        return [fn for fn in self.demo.fns.values() if target in fn.targets]
+        found = [fn for fn in self.demo.fns.values() if target in fn.targets]
+        while found and all(fn.fn is None for fn in found):
+            ids = {fn._id for fn in found}
+            found = [fn for fn in self.demo.fns.values() if fn.trigger_after in ids]
+        return found
 
 
 @pytest.fixture(scope="module")
@@ -32,3 +43,32 @@ def built_app(tmp_path_factory) -> BuiltApp:
     app = BuiltApp(LabContext(tmp_path_factory.mktemp("lab-data")))
     yield app
     app.ctx.telemetry.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(request):
+    assert Path(CHROMIUM).exists(), "install Chromium: apt-get install -y chromium"
+    with sync_playwright() as pw:
+        profile = f"chromium-{os.getpid()}-{request.module.__name__}"
+        context = pw.chromium.launch_persistent_context(
+            user_data_dir=Path(os.environ.get("TMPDIR", "/tmp")) / profile,
+            executable_path=CHROMIUM, headless=True, args=CHROME_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
+        yield context
+        context.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page()
+    yield page
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, request):
+    root = tmp_path_factory.mktemp(request.module.__name__)
+    running = App(root / "lab-data", root / "app.log")
+    yield running
+    running.kill()

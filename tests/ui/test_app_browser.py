@@ -8,128 +8,25 @@ lab itself.
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
+import re
 import time
-import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
-from playwright.sync_api import Page, sync_playwright
+from browser import (
+    RUN_TIMEOUT_MS,
+    App,
+    open_tab,
+    pick_preset,
+    run_sweep,
+    show_knobs,
+    upload_preset,
+    wait_text,
+)
+from playwright.sync_api import Page
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROME_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-START_TIMEOUT_S = 120
-RUN_TIMEOUT_MS = 180_000
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class App:
-    """`python app.py` on a free port with LAB_DATA_DIR pointing at `data_dir`."""
-
-    def __init__(self, data_dir: Path, log: Path) -> None:
-        self.data_dir, self.log = data_dir, log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        env = {**os.environ, "LAB_DATA_DIR": str(data_dir), "GRADIO_ANALYTICS_ENABLED": "False"}
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "app.py", "--port", str(self.port)],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )
-        self._wait()
-
-    def _wait(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"app exited early:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        self.kill()
-        raise RuntimeError(f"app did not answer in {START_TIMEOUT_S} s:\n{self.log.read_text()}")
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown hooks, the way a crash or an OOM kill ends a process."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert Path(CHROMIUM).exists(), "install Chromium: apt-get install -y chromium"
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            user_data_dir=Path(os.environ.get("TMPDIR", "/tmp")) / f"chromium-{os.getpid()}",
-            executable_path=CHROMIUM, headless=True, args=CHROME_ARGS,
-            viewport={"width": 1400, "height": 1000},
-        )
-        yield context
-        context.close()
-
-
-@pytest.fixture
-def page(browser):
-    page = browser.new_page()
-    yield page
-    page.close()
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    root = tmp_path_factory.mktemp("app")
-    running = App(root / "lab-data", root / "app.log")
-    yield running
-    running.kill()
-
-
-def open_tab(page: Page, url: str, tab: str | None = None) -> None:
-    page.goto(url)
-    page.wait_for_selector("#synth-go", timeout=60_000)
-    if tab:
-        page.get_by_role("tab", name=tab).click()
-
-
-def wait_text(page: Page, selector: str, *needles: str) -> str:
-    """Wait until the element's text holds any of `needles`; return that text."""
-    checks = " || ".join(f"t.includes({n!r})" for n in needles)
-    page.wait_for_function(
-        f"() => {{ const e = document.querySelector({selector!r}); if (!e) return false;"
-        f" const t = e.innerText; return {checks}; }}",
-        timeout=RUN_TIMEOUT_MS,
-    )
-    return page.inner_text(selector)
-
-
-def upload_preset(page: Page, path: Path) -> None:
-    with page.expect_file_chooser() as chooser:
-        page.click("#synth-preset-upload")
-    chooser.value.set_files(str(path))
-
-
-def pick_preset(page: Page, name: str) -> None:
-    page.click("#synth-preset input")
-    page.get_by_role("option", name=name, exact=True).click()
+from lab.config import list_presets
 
 
 def rms_of(page: Page, url: str) -> float:
@@ -162,6 +59,7 @@ def test_bad_inputs_are_reported_and_leave_the_app_usable(app, page, tmp_path):
 
 def test_family_greys_out_the_knobs_it_declares_unsupported(app, page):
     open_tab(page, app.url)
+    show_knobs(page)
     page.get_by_text("Autoregressive engine").first.click()
     kv_cache = "#synth-kv-cache input"
     assert page.locator(kv_cache).is_disabled()
@@ -179,6 +77,7 @@ def test_family_greys_out_the_knobs_it_declares_unsupported(app, page):
 def test_presets_beyond_the_old_slider_range_reach_the_pipeline(app, page, tmp_path):
     """batch_size 64 (shipped) and 48 (uploaded) once stopped at a slider capped at 32."""
     open_tab(page, app.url)
+    show_knobs(page)
     pick_preset(page, "orpheus-3b-dummy-gpu")
     wait_text(page, "#synth-preset-status", "Loaded preset")
     assert page.input_value("#synth-batch-size input[type=number]") == "64"
@@ -191,33 +90,170 @@ def test_presets_beyond_the_old_slider_range_reach_the_pipeline(app, page, tmp_p
     wide = tmp_path / "batch48.yaml"
     wide.write_text("family: piper-vits\ndevice: cpu\nbatch_size: 48\n")
     upload_preset(page, wide)
-    wait_text(page, "#synth-preset-status", "(uploaded file)")
+    wait_text(page, "#synth-preset-status", "(uploaded)")
+    assert page.input_value("#synth-preset input") == "batch48 (uploaded)"
+    show_knobs(page)
     assert page.input_value("#synth-batch-size input[type=number]") == "48"
     page.fill("#synth-text textarea", "Hello.")
     page.click("#synth-go")
     assert "Done" in wait_text(page, "#synth-status", "Done", "⚠️")
 
 
+LONG_TEXT = " ".join(f"Sentence number {n} keeps the voice busy for a while longer."
+                     for n in range(1, 16))
+
+
+def heard_ms(page: Page) -> float:
+    line = wait_text(page, "#synth-heard", "Heard: first sound")
+    return float(re.search(r"first sound (\d+) ms", line).group(1))
+
+
+def player(page: Page) -> dict:
+    return page.evaluate("() => window.labPlayer.last")
+
+
+def start_long_run(page: Page) -> str:
+    """Start synthesizing LONG_TEXT and return its run id once audio is playing."""
+    page.fill("#synth-text textarea", LONG_TEXT)
+    page.click("#synth-go")
+    page.wait_for_function("() => { const m = window.labPlayer.last;"
+                           " return m && m.chunks >= 1; }", timeout=RUN_TIMEOUT_MS)
+    return player(page)["runId"]
+
+
+def run_state(app: App, page: Page, run_id: str) -> dict:
+    return page.request.get(app.url + "lab/runs").json()[run_id]
+
+
 def test_synthesize_streams_and_returns_audible_audio(app, page):
+    """The player streams every sample of the take, with no ffmpeg involved, and the time
+    from the click to the first sound is shown beside the server's time to first byte."""
     open_tab(page, app.url)
     page.fill("#synth-text textarea", "Streaming speech starts before the sentence ends.")
     page.click("#synth-go")
     assert "Done" in wait_text(page, "#synth-status", "Done", "⚠️")
-    if shutil.which("ffmpeg"):
-        stream_src = page.get_attribute("#synth-stream audio", "src")
-        assert stream_src, "the streaming player never received audio"
-    else:
-        assert "needs `ffmpeg`" in page.content() or "needs ffmpeg" in page.inner_text("body")
+    page.wait_for_function("() => window.labPlayer.last && window.labPlayer.last.done")
+    heard = heard_ms(page)
+    metrics = page.inner_text("#synth-metrics")
+    ttfb = float(re.search(r"(\d+) ms", metrics).group(1))
+    assert 0 < ttfb < heard, "the first sound cannot come before the server's first byte"
     src = page.get_attribute("#synth-take audio", "src")
     assert src and src.endswith(".wav")
-    assert rms_of(page, src) > 0.01
-    metrics = page.inner_text("#synth-metrics")
-    assert "TTFB" in metrics and "RTF" in metrics
+    body = page.request.get(src).body()
+    take, rate = sf.read(io.BytesIO(body), dtype="float32")
+    assert float(np.sqrt(np.mean(np.square(take)))) > 0.01
+    streamed = player(page)
+    assert streamed["sampleRate"] == rate and streamed["samples"] == len(take)
+    assert "Time to first byte" in metrics and "Real-time factor" in metrics
     page.wait_for_selector("#synth-chart .js-plotly-plot", timeout=30_000)
     assert "not autoregressive" in page.inner_text("#synth-engine")
     notes = page.inner_text("#synth-notes")
     assert "Fallbacks fired" in notes
     assert "Startup: model load" in notes and "not counted in request timings" in notes
+
+
+def test_cancel_frees_the_worker_within_a_second(app, page):
+    open_tab(page, app.url)
+    run_id = start_long_run(page)
+    page.click("#synth-cancel")
+    status = wait_text(page, "#synth-status", "Cancelled:", "Nothing to cancel")
+    freed = float(re.search(r"let go of the request (\d+) ms", status).group(1))
+    assert freed < 1000
+    state = run_state(app, page, run_id)
+    assert state["state"] == "cancelled" and state["streamed_s"] < 30
+    page.fill("#synth-text textarea", "Still here.")
+    page.click("#synth-go")
+    assert "Done" in wait_text(page, "#synth-status", "Done", "⚠️")
+
+
+def test_a_closed_tab_cancels_its_run(app, browser):
+    page = browser.new_page()
+    open_tab(page, app.url)
+    run_id = start_long_run(page)
+    page.close()
+    probe = browser.new_page()
+    deadline = time.monotonic() + 10
+    while run_state(app, probe, run_id)["state"] != "cancelled":
+        assert time.monotonic() < deadline, run_state(app, probe, run_id)
+        time.sleep(0.2)
+    probe.close()
+
+
+def test_the_first_view_is_text_examples_and_a_preset(app, page):
+    open_tab(page, app.url)
+    assert not page.locator("#synth-batch-size").is_visible(), "knobs should start folded"
+    assert page.locator("#synth-preset").is_visible()
+    assert re.fullmatch(r"\d+ / 5000 characters", page.inner_text("#synth-count").strip())
+    page.locator("#synth-examples").get_by_text("Short.", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#synth-text textarea').value"
+                           " === 'Short.'")
+    wait_text(page, "#synth-count", "6 / 5000 characters")
+
+
+def test_knob_state_is_shared_across_tabs_and_ar_presets_open_the_engine(app, page, tmp_path):
+    open_tab(page, app.url)
+    pick_preset(page, "orpheus-tiny-cpu")
+    wait_text(page, "#synth-preset-status", "Loaded preset")
+    show_knobs(page)
+    page.wait_for_selector("#synth-kv-cache", state="visible")
+    page.get_by_role("tab", name="Benchmark").click()
+    page.wait_for_function("() => document.querySelector('#bench-preset input').value"
+                           " === 'orpheus-tiny-cpu'")
+    assert page.input_value("#bench-family input") == "orpheus"
+
+    mine = tmp_path / "my-voice.yaml"
+    mine.write_text("family: piper-vits\ndevice: cpu\nbatch_size: 3\n")
+    with page.expect_file_chooser() as chooser:
+        page.click("#bench-preset-upload")
+    chooser.value.set_files(str(mine))
+    wait_text(page, "#bench-preset-status", "(uploaded)")
+    page.get_by_role("tab", name="Synthesize").click()
+    page.wait_for_function("() => document.querySelector('#synth-preset input').value"
+                           " === 'my-voice (uploaded)'")
+    assert page.input_value("#synth-batch-size input[type=number]") == "3"
+    assert page.input_value("#synth-family input") == "piper-vits"
+
+
+def test_quality_check_judges_the_take_against_its_fp32_reference(app, page):
+    open_tab(page, app.url)
+    page.fill("#synth-text textarea", "The quality check listens to this sentence.")
+    page.click("#synth-go")
+    wait_text(page, "#synth-status", "Done", "⚠️")
+    page.click("#synth-quality-go")
+    report = wait_text(page, "#synth-quality-report", "Quality PASS", "Quality FAIL", "Error")
+    assert "against the fp32 reference" in report and "MOS" in report and "WER" in report
+    src = page.get_attribute("#synth-reference audio", "src")
+    assert src and src.endswith(".wav")
+
+
+@pytest.mark.parametrize("preset", list_presets())
+def test_every_shipped_preset_runs_or_is_refused_with_its_reason(app, page, preset):
+    open_tab(page, app.url)
+    pick_preset(page, preset)
+    wait_text(page, "#synth-preset-status", "Loaded preset")
+    page.fill("#synth-text textarea", "Every preset gets one sentence.")
+    page.click("#synth-go")
+    status = wait_text(page, "#synth-status", "Done", "⚠️")
+    if "Done" in status:
+        return
+    refused = re.search(r"no CUDA GPU|Refused before loading: .*\d GiB|take minutes: .*\d", status)
+    assert refused, f"{preset} failed without a reason a user can act on: {status}"
+
+
+def test_a_run_that_would_not_fit_is_refused_with_numbers_before_loading(app, page, tmp_path):
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("family: orpheus\nweights: dummy\nmodel: orpheus-3b\ndevice: cpu\n"
+                    "dtype: fp32\nbatch_size: 32\nkv_cache: static\ndecode_interval: 1\n"
+                    "overlap: 2\ncrossfade_ms: 0.0\nsampling:\n  max_tokens: 4096\n")
+    open_tab(page, app.url)
+    upload_preset(page, huge)
+    wait_text(page, "#synth-preset-status", "(uploaded)")
+    page.check("#synth-slow input")
+    started = time.monotonic()
+    page.click("#synth-go")
+    status = wait_text(page, "#synth-status", "⚠️")
+    assert "Refused before loading" in status and "GiB" in status
+    assert time.monotonic() - started < 60, "the refusal must come before any weights load"
 
 
 def test_vote_is_kept_across_a_kill_and_restart(tmp_path, browser):
@@ -231,6 +267,9 @@ def test_vote_is_kept_across_a_kill_and_restart(tmp_path, browser):
         for side in ("x", "y"):
             src = page.get_attribute(f"#ab-{side} audio", "src")
             assert src and rms_of(page, src) > 0.01
+        for side in ("x", "y"):
+            page.evaluate(f"() => document.querySelector('#ab-{side} audio').play()")
+        page.wait_for_function("() => !document.querySelector('#ab-vote-y').disabled")
         page.click("#ab-vote-y")
         assert "saved" in wait_text(page, "#ab-status", "saved", "⚠️")
         reveal = wait_text(page, "#ab-reveal", "Y was")
@@ -241,8 +280,8 @@ def test_vote_is_kept_across_a_kill_and_restart(tmp_path, browser):
     second = App(data_dir, tmp_path / "second.log")
     try:
         open_tab(page, second.url, "A/B")
-        table = wait_text(page, "#ab-win-table", "decode_interval=8")
-        assert "decode_interval=24" in table
+        table = wait_text(page, "#ab-win-table", "stream/8 overlap=4")
+        assert "stream/24" in table
         page.wait_for_selector("#ab-win-chart .js-plotly-plot", timeout=30_000)
     finally:
         second.kill()
@@ -250,12 +289,7 @@ def test_vote_is_kept_across_a_kill_and_restart(tmp_path, browser):
 
 
 def test_benchmark_sweep_draws_charts_and_saves_reports(app, page):
-    open_tab(page, app.url, "Benchmark")
-    page.fill("#bench-values textarea", "1, 2")
-    page.fill("#bench-n input[type=number]", "2")
-    page.press("#bench-n input[type=number]", "Enter")
-    page.click("#bench-go")
-    assert "2/2 points" in wait_text(page, "#bench-status", "2/2 points", "⚠️")
+    assert "2/2 points" in run_sweep(page, app.url, "1, 2", texts=2)
     page.wait_for_selector("#bench-chart-a .js-plotly-plot", timeout=30_000)
     page.wait_for_selector("#bench-chart-b .js-plotly-plot", timeout=30_000)
     saved = sorted((app.data_dir / "bench").glob("sweep-batch_size-*.csv"))

@@ -56,7 +56,7 @@ def test_an_orpheus_run_shows_its_steps_and_kv_cache(no_cache):
     assert steps
     table = synth_tab.engine_markdown(no_cache, syn)
     header, _, row = table.splitlines()
-    assert "ms / step" in header and "tokens / s" in header and "KV cache" in header
+    assert "ms / step" in header and "Tokens / s" in header and "KV cache" in header
     assert f"| {len(steps)} | {syn.metrics.ms_per_step:.2f} ms |" in row
     assert no_cache.memory_facts()["KV cache"] in row
     fig = synth_tab.step_chart(no_cache, syn)

@@ -95,7 +95,8 @@ def test_every_family_has_a_shipped_preset():
 
 @pytest.mark.parametrize(("fam", "name"), CASES)
 def test_selecting_a_family_greys_exactly_its_unsupported_knobs(built_app, fam, name):
-    _, *updates = _family_handler(built_app).fn(fam, "real")
+    _, *updates, engine = _family_handler(built_app).fn(fam, "real")
+    assert engine["open"] is family(fam).autoregressive, "the engine section opens for AR"
     update = dict(zip(GOVERNED, updates, strict=True))[name]
     refusal = _refusal(fam, name)
     assert update["interactive"] is (refusal is None)

@@ -116,8 +116,10 @@ class _Loaded:
 def test_pipeline_cache_loads_once_and_evicts_least_recent():
     built, closed = [], []
 
-    def factory(cfg):
+    def factory(cfg, on_stage=None):
         built.append(cfg)
+        if on_stage is not None:
+            on_stage(f"loading {cfg.family}")
         return _Loaded(cfg, closed)
 
     cache = PipelineCache(capacity=2, factory=factory)
@@ -135,7 +137,7 @@ def test_pipeline_cache_loads_once_and_evicts_least_recent():
 
 
 def test_pipeline_cache_keeps_nothing_when_loading_fails():
-    def factory(cfg):
+    def factory(cfg, on_stage=None):
         raise OSError("weights not found")
 
     cache = PipelineCache(factory=factory)
@@ -196,8 +198,10 @@ def test_changing_family_rewrites_the_quant_info_and_the_note(built_app):
         (handler,) = built_app.handlers(f"{panel}-family", "change")
         note = built_app.component(f"{panel}-family-note")
         assert handler.outputs[0] == note
-        assert handler.outputs[1:] == [_knob(built_app, panel, n) for n in GOVERNED]
-        text, *updates = handler.fn("orpheus", "dummy")
+        assert handler.outputs[1:-1] == [_knob(built_app, panel, n) for n in GOVERNED]
+        assert handler.outputs[-1] == built_app.component(f"{panel}-ar-engine")
+        text, *updates, engine = handler.fn("orpheus", "dummy")
+        assert engine["open"] is True
         quant = dict(zip(GOVERNED, updates, strict=True))["quant"]
         assert quant["info"] == family("orpheus").quantization
         assert DUMMY_HEADING in text and family("orpheus").quantization in text

@@ -50,8 +50,14 @@ def tracker():
 
 @pytest.fixture
 def ctx(tmp_path, voice_pipeline):
-    """A context whose cache 'loads' the session's voice, so loads are cheap but real."""
-    return LabContext(tmp_path, cache=PipelineCache(factory=lambda cfg: voice_pipeline))
+    """A context whose cache 'loads' the session's voice: cheap, but it reports its stages
+    as a real load does."""
+    def factory(cfg, on_stage=None):
+        if on_stage is not None:
+            on_stage("loading the session's voice")
+        return voice_pipeline
+
+    return LabContext(tmp_path, cache=PipelineCache(factory=factory))
 
 
 def _descs(sent: list[list[tuple]]) -> list[str]:
@@ -66,12 +72,16 @@ def test_every_long_action_tracks_tqdm(built_app):
         assert trackers and trackers[0].track_tqdm, f"{elem_id} shows no progress bar"
 
 
-def test_model_load_is_a_progress_step(ctx, tracker):
+def test_each_stage_of_a_real_load_is_a_progress_step(tmp_path, tracker):
     progress, sent = tracker
+    ctx = LabContext(tmp_path)
     common.load(ctx, PipelineConfig(device="cpu"), progress)
-    assert sent == [[("loading piper-vits (default, fp32, none)", 0, 1)]]
+    assert [d for d in _descs(sent)] == [
+        "loading piper-vits weights (default) onto cpu",
+        "warming up (compile, graph capture, first-call kernels)"]
     common.load(ctx, PipelineConfig(device="cpu"), progress)
-    assert len(sent) == 1, "a cached pipeline should not report a load"
+    assert len(sent) == 2, "a cached pipeline should not report a load"
+    ctx.cache.clear()
 
 
 def test_sweep_counts_points_with_the_runner_bar_nested(ctx, tracker):

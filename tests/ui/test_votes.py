@@ -11,12 +11,22 @@ import threading
 import pytest
 
 from lab.config import PipelineConfig
-from lab.listening import Contender, Vote, VoteError, VoteStore, new_trial
+from lab.listening import Contender, Vote, VoteError, VoteStore, new_trial, unheard
+
+VOTES_SCHEMA_WITHOUT_BASELINE = """
+CREATE TABLE votes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, session TEXT NOT NULL,
+    text TEXT NOT NULL, seed INTEGER NOT NULL, config_x TEXT NOT NULL, config_y TEXT NOT NULL,
+    config_x_json TEXT NOT NULL, config_y_json TEXT NOT NULL,
+    choice TEXT NOT NULL CHECK (choice IN ('x', 'y', 'same'))
+)
+"""
 
 
-def _vote(choice: str, x: str = "fp32", y: str = "int8", session: str = "s1") -> Vote:
+def _vote(choice: str, x: str = "fp32", y: str = "int8", session: str = "s1",
+          baseline: str | None = None) -> Vote:
     return Vote(session=session, text="Hello there.", seed=0, config_x=x, config_y=y,
-                choice=choice)
+                choice=choice, baseline=baseline)
 
 
 def test_store_uses_wal_and_lives_under_data_dir(tmp_path):
@@ -51,11 +61,45 @@ def test_win_rates_merge_sessions_and_both_orders(tmp_path):
     store.record(_vote("x", x="bf16", y="fp32", session="s3"))
     rates = store.win_rates()
     top = rates[0]
-    assert (top.config_a, top.config_b) == ("fp32", "int8")
-    assert (top.a_wins, top.b_wins, top.ties, top.total) == (2, 1, 1, 4)
-    assert top.a_rate == pytest.approx(0.5)
-    assert top.a_rate + top.b_rate + top.tie_rate == pytest.approx(1.0)
-    assert (rates[1].config_a, rates[1].config_b, rates[1].a_wins) == ("bf16", "fp32", 1)
+    assert (top.baseline, top.candidate) == ("fp32", "int8")
+    assert (top.baseline_wins, top.candidate_wins, top.ties, top.total) == (2, 1, 1, 4)
+    assert top.baseline_rate == pytest.approx(0.5)
+    assert top.baseline_rate + top.candidate_rate + top.tie_rate == pytest.approx(1.0)
+    assert (rates[1].baseline, rates[1].candidate, rates[1].baseline_wins) == ("bf16", "fp32", 1)
+
+
+def test_the_baseline_stays_on_the_baseline_side_in_one_row_per_pair(tmp_path):
+    """'a-int8' sorts before 'b-fp32', yet it is the candidate: it must not become column A."""
+    store = VoteStore(tmp_path)
+    base, cand = "b-fp32", "a-int8"
+    store.record(_vote("x", x=cand, y=base, session="s1", baseline=base))
+    store.record(_vote("x", x=base, y=cand, session="s2", baseline=base))
+    store.record(_vote("y", x=base, y=cand, session="s3", baseline=base))
+    (rate,) = store.win_rates()
+    assert (rate.baseline, rate.candidate) == (base, cand)
+    assert (rate.baseline_wins, rate.candidate_wins, rate.ties) == (1, 2, 0)
+    row = rate.to_row()
+    assert row["baseline"] == base and row["candidate_win_rate"] == pytest.approx(0.667)
+    assert store.win_rate(cand, base) == rate == store.win_rate(base, cand)
+    assert store.win_rate(base, "other") is None
+    with pytest.raises(VoteError, match="baseline='c'"):
+        store.record(_vote("x", x=base, y=cand, baseline="c"))
+
+
+def test_a_store_from_before_baselines_gains_the_column_and_keeps_its_votes(tmp_path):
+    old_schema = VOTES_SCHEMA_WITHOUT_BASELINE
+    with sqlite3.connect(tmp_path / "votes.sqlite") as conn:
+        conn.execute(old_schema)
+        conn.execute("INSERT INTO votes (time, session, text, seed, config_x, config_y,"
+                     " config_x_json, config_y_json, choice)"
+                     " VALUES (1.0, 'old', 't', 0, 'b-fp32', 'a-int8', '{}', '{}', 'x')")
+    store = VoteStore(tmp_path)
+    (old,) = store.votes()
+    assert old.baseline is None and old.winner == "b-fp32"
+    store.record(_vote("y", x="a-int8", y="b-fp32", baseline="b-fp32"))
+    (rate,) = store.win_rates()
+    assert (rate.baseline, rate.candidate, rate.baseline_wins, rate.total) == (
+        "b-fp32", "a-int8", 2, 2)
 
 
 def test_concurrent_votes_are_all_kept(tmp_path):
@@ -109,7 +153,7 @@ def test_blind_trial_shuffles_and_reveals():
         assert {t.x.label, t.y.label} == {"fp32", "int8"}
         assert t.reveal() == {"X": t.x.label, "Y": t.y.label}
         vote = t.vote("x")
-        assert vote.winner == t.x.label
+        assert vote.winner == t.x.label and vote.baseline == "fp32"
         assert '"quant": "int8-dynamic"' in (
             vote.config_x_json if t.x is b else vote.config_y_json
         )
@@ -117,3 +161,13 @@ def test_blind_trial_shuffles_and_reveals():
         trials[0].vote("z")
     with pytest.raises(VoteError, match="text"):
         new_trial(a, b, "  ", 0, "s")
+
+
+def test_a_vote_before_both_clips_are_heard_is_refused():
+    trial = new_trial(Contender("fp32", PipelineConfig()),
+                      Contender("bf16", PipelineConfig(dtype="bf16")), "Hi.", 0, "s")
+    assert unheard(set()) == ["x", "y"]
+    for heard, missing in ((set(), "X, Y"), ({"x"}, "Y"), ({"y"}, "X")):
+        with pytest.raises(VoteError, match=f"listen to both X and Y.*not played yet: {missing}$"):
+            trial.vote("same", heard=heard)
+    assert trial.vote("same", heard={"x", "y"}).choice == "same"
