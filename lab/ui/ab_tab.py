@@ -28,7 +28,7 @@ from lab.listening import BlindTrial, Contender, VoteError, new_session_id, new_
 from lab.quality import compare, evaluate
 from lab.ui import charts, tables
 from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, pcm16, resolve_config
-from lab.ui.knobs import Panel, build_panel
+from lab.ui.panel import Panel, build_panel
 from lab.ui.tables import PERCENT, Column
 
 if TYPE_CHECKING:

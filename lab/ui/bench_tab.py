@@ -23,7 +23,7 @@ from lab.config import to_dict
 from lab.frontend import list_sentence_sets, sentence_set
 from lab.ui import charts, tables
 from lab.ui.common import PROGRESS, resolve_config
-from lab.ui.knobs import build_panel
+from lab.ui.panel import build_panel
 from lab.ui.tables import INT, MS, ONE, RATIO, Column
 
 if TYPE_CHECKING:

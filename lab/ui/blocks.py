@@ -8,6 +8,7 @@ test can build an app on a temporary data directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,16 +16,18 @@ import gradio as gr
 import torch
 
 from lab.config import PipelineConfig, list_presets, load_preset
+from lab.estimate import estimate
 from lab.listening import VoteStore
 from lab.metrics.telemetry import TelemetrySampler
 from lab.pipeline import Pipeline
 from lab.ui import ab_tab, bench_tab, live_tab, profile_tab, synth_tab
-from lab.ui.knobs import PanelGroup
+from lab.ui.panel import PanelGroup
 from lab.ui.pipelines import PipelineCache
 from lab.ui.player import StreamHub
 
 DEFAULT_DATA_DIR = Path("runs") / "lab-data"
 DEFAULT_PRESET = "cpu-default"
+GUARD_CHARS = 200  # the text length a load is judged for when no request text is known yet
 
 CSS = """
 #dummy-warning, .dummy-warning h2 { color: #b00020; }
@@ -54,7 +57,7 @@ class LabContext:
     """Long-lived state shared by every tab and every browser session."""
 
     data_dir: Path
-    cache: PipelineCache = field(default_factory=PipelineCache)
+    cache: PipelineCache | None = None
     votes: VoteStore | None = None
     telemetry: TelemetrySampler = field(default_factory=TelemetrySampler)
     player: StreamHub = field(default_factory=StreamHub)
@@ -67,10 +70,18 @@ class LabContext:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.votes is None:
             self.votes = VoteStore(self.data_dir)
+        if self.cache is None:
+            self.cache = PipelineCache(factory=self.build_pipeline)
 
-    def build_pipeline(self, cfg: PipelineConfig) -> Pipeline:
-        """A fresh, uncached pipeline, for benchmarks that must not share warm state."""
-        return Pipeline(cfg)
+    def build_pipeline(self, cfg: PipelineConfig,
+                       on_stage: Callable[[str], None] | None = None) -> Pipeline:
+        """A fresh pipeline (benchmarks use it uncached, so they share no warm state), built
+        only after an estimate says it fits: every tab's load is refused with the numbers,
+        before any weights load, when it would not."""
+        guess = estimate(cfg, GUARD_CHARS, rates_dir=self.data_dir)
+        if guess.verdict == "refuse":
+            raise ValueError(f"Refused before loading: {guess.reason}")
+        return Pipeline(cfg, on_stage)
 
 
 def build_app(ctx: LabContext | None = None) -> gr.Blocks:

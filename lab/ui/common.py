@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from lab.config import PipelineConfig
     from lab.pipeline import Pipeline
     from lab.ui.blocks import LabContext
-    from lab.ui.knobs import Panel
+    from lab.ui.panel import Panel
 
 EXAMPLE_TEXT = (
     "The lab measures every stage of speech synthesis. Faster is only better "

@@ -17,7 +17,7 @@ import pandas as pd
 from lab.metrics.profile import ProfileResult, profile_call
 from lab.ui import charts
 from lab.ui.common import EXAMPLE_TEXT, PROGRESS, load, resolve_config
-from lab.ui.knobs import build_panel
+from lab.ui.panel import build_panel
 
 if TYPE_CHECKING:
     from lab.ui.blocks import LabContext
@@ -59,7 +59,10 @@ def run_profile(ctx: LabContext, cfg, text: str, progress) -> tuple[ProfileResul
 def build(ctx: LabContext) -> None:
     text = gr.Textbox(EXAMPLE_TEXT, lines=2, label="Text", elem_id="profile-text")
     panel = build_panel(ctx.default, "profile", ctx.default_preset)
-    go = gr.Button("Profile one synthesis", variant="primary", elem_id="profile-go")
+    with gr.Row():
+        go = gr.Button("Profile one synthesis", variant="primary", elem_id="profile-go",
+                       scale=3)
+        stop = gr.Button("Cancel", variant="stop", elem_id="profile-cancel", scale=1)
     status = gr.Markdown(elem_id="profile-status")
     summary = gr.Markdown(elem_id="profile-summary")
     with gr.Row():
@@ -71,15 +74,19 @@ def build(ctx: LabContext) -> None:
     trace = gr.File(label="Chrome trace (open in Perfetto or chrome://tracing)",
                     elem_id="profile-trace")
 
+    results = [summary, stage_chart, op_chart, stages, ops, trace]
+
     def on_profile(data: dict, progress=PROGRESS):
+        yield {status: "Profiling…", **dict.fromkeys(results)}
         try:
             cfg = resolve_config(ctx, panel, data)
             result, path = run_profile(ctx, cfg, data[text], progress)
         except (ValueError, RuntimeError, OSError) as err:
             gr.Warning(str(err))
-            return {status: f"⚠️ **{err}**"}
+            yield {status: f"⚠️ **{err}**"}
+            return
         op_rows = result.device_operators or result.operators
-        return {
+        yield {
             status: "Done.",
             summary: bottlenecks(result),
             stage_chart: charts.top_rows([dataclasses.asdict(r) for r in result.stages],
@@ -91,5 +98,8 @@ def build(ctx: LabContext) -> None:
             trace: path,
         }
 
-    go.click(on_profile, {text, *panel.inputs()},
-             [status, summary, stage_chart, op_chart, stages, ops, trace], concurrency_limit=1)
+    run = go.click(on_profile, {text, *panel.inputs()}, [status, *results],
+                   concurrency_limit=1)
+    # The profiled call itself cannot be interrupted; Cancel frees the tab and drops its result.
+    stop.click(lambda: "Cancelled: the profile's result was dropped.", None, status,
+               cancels=[run])

@@ -23,10 +23,11 @@ import gradio as gr
 import numpy as np
 
 from lab.estimate import Estimate, estimate, record_rate
+from lab.frontend.validation import check_text
 from lab.pipeline import describe_startup
 from lab.ui import charts
 from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, load, pcm16, resolve_config
-from lab.ui.knobs import Panel, build_panel
+from lab.ui.panel import Panel, build_panel
 from lab.ui.quality_check import QualityOutputs, wire_quality_check
 from lab.worker import Cancelled
 
@@ -218,9 +219,8 @@ def synthesize(ctx: LabContext, out: SynthOutputs, panel: Panel, text: str, run_
     if chan is not None:
         chan.mark("handler_start")
     try:
-        if not text.strip():
-            raise ValueError("the text is empty; type something to say")
         cfg = resolve_config(ctx, panel, data)
+        check_text(text, cfg.max_chars)  # the pipeline's own refusal, before any estimate
         fresh = cfg not in ctx.cache
         guess = judge(ctx, cfg, text, fresh, confirmed)
         yield {out.status: f"{'Loading… ' if fresh else ''}Expected: {guess.summary()}"}

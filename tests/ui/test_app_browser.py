@@ -263,7 +263,7 @@ def test_vote_is_kept_across_a_kill_and_restart(tmp_path, browser):
     try:
         open_tab(page, first.url, "A/B")
         page.click("#ab-render")
-        wait_text(page, "#ab-status", "then vote", "⚠️")
+        wait_text(page, "#ab-status", "Play X and Y", "⚠️")
         for side in ("x", "y"):
             src = page.get_attribute(f"#ab-{side} audio", "src")
             assert src and rms_of(page, src) > 0.01

@@ -34,8 +34,8 @@ from lab.ui.knobs import (
     config_knob,
     family_note,
     knob_values,
-    preset_outputs,
 )
+from lab.ui.panel import preset_outputs
 
 
 def _cpu_presets() -> dict[str, str]:

@@ -11,14 +11,12 @@ from lab.ui.knobs import (
     KNOB_FIELDS,
     KnobError,
     Knobs,
-    build_panel,
     check_machine,
     config_from_knobs,
     family_note,
     knob_values,
-    panel_config,
-    preset_outputs,
 )
+from lab.ui.panel import build_panel, panel_config, preset_outputs
 from lab.ui.pipelines import PipelineCache
 
 

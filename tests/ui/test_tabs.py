@@ -157,3 +157,16 @@ def test_piper_quant_declaration_matches_what_the_voice_does():
     pipe = Pipeline(PipelineConfig(device="cpu", quant="int8-dynamic"))
     assert any(f.startswith("requested int8-dynamic, applied none (fp32)")
                for f in pipe.fallbacks), pipe.fallbacks
+
+
+def test_every_tab_load_is_refused_with_numbers_when_it_would_not_fit(tmp_path):
+    """Tabs load through the context's cache or its fresh builder; both estimate first."""
+    ctx = LabContext(tmp_path)
+    huge = PipelineConfig().replace(
+        family="orpheus", weights="dummy", model="orpheus-3b", device="cpu", batch_size=256,
+        kv_cache="static", decode_interval=1, overlap=2, crossfade_ms=0.0,
+        sampling={"max_tokens": 8192})
+    for load in (ctx.build_pipeline, ctx.cache.get):
+        with pytest.raises(ValueError, match=r"Refused before loading: needs about .* GiB"):
+            load(huge)
+    assert huge not in ctx.cache
