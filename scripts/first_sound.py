@@ -28,6 +28,7 @@ from lab.metrics.repeats import Spread  # noqa: E402
 
 TEXT = "A click should be heard quickly. This sentence measures how quickly."
 PARTS = ("dispatch", "checks", "first chunk", "transport", "scheduling")
+STUCK_MS = 500
 
 
 def one_run(page: Page, base_url: str) -> dict:
@@ -69,7 +70,23 @@ def markdown(rows: list[dict], total: Spread, parts: dict[str, Spread], command:
     ]
     for name, spread in [*parts.items(), ("click to first sound", total)]:
         lines.append(f"| {name} | {spread.median:.0f} | {spread.low:.0f}-{spread.high:.0f} |")
+    lines += ["", *anomalies(rows)]
     return "\n".join(lines) + "\n"
+
+
+def anomalies(rows: list[dict]) -> list[str]:
+    """Runs whose bytes sat on the server: a first byte later than STUCK_MS after the first
+    chunk was written, said with how many reads the browser needed for the whole take."""
+    stuck = [(n, s["transport"], r["chunks"]) for n, (r, s) in
+             enumerate(zip(rows, map(split, rows), strict=True), start=1)
+             if s["transport"] > STUCK_MS]
+    if not stuck:
+        return [f"No run waited more than {STUCK_MS} ms between the server's first chunk and "
+                "the browser's first byte."]
+    return ["Anomalies:"] + [
+        f"- run {n}: the first byte reached the browser {t:.0f} ms after the server wrote the "
+        f"first chunk, and the take arrived in {c} read(s): the response was held back. "
+        "Cause not established." for n, t, c in stuck]
 
 
 def main() -> None:
