@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 import numpy as np
+import torch
 
 from lab.estimate import Estimate, estimate, record_rate
 from lab.frontend.validation import check_text
+from lab.metrics import memory
 from lab.pipeline import describe_startup
 from lab.ui import charts
 from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, load, pcm16, resolve_config
@@ -100,6 +102,7 @@ def notes_markdown(pipe: Pipeline, syn: Synthesis) -> str:
     lines.append(f"\nRan on `{pipe.device}` with `{ran.dtype}` / quant `{ran.quant}`, "
                  f"compile `{ran.compile}`.")
     lines += [f"- {name}: {value}" for name, value in pipe.memory_facts().items()]
+    lines.append(f"- peak memory above: {memory.how(torch.device(pipe.device))}")
     lines.append(f"\n**Startup:** {describe_startup(pipe.startup)}.")
     return "\n".join(lines)
 

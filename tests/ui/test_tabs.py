@@ -143,6 +143,7 @@ def test_notes_of_a_real_pipeline_read_its_startup(voice_pipeline):
     syn = voice_pipeline.synthesize("Hello.")
     notes = synth_tab.notes_markdown(voice_pipeline, syn)
     assert f"**Startup:** {describe_startup(voice_pipeline.startup)}." in notes
+    assert "peak memory above: peak resident memory of the process during the request" in notes
 
 
 def test_notes_show_the_config_that_ran_not_the_one_asked_for():
