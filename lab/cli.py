@@ -19,9 +19,9 @@ from pathlib import Path
 import yaml
 
 from lab.config import ConfigError, PipelineConfig, list_presets, load_preset
+from lab.data_dir import data_dir as data_dir_of
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
-DEFAULT_DATA_DIR = "runs/lab-data"
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -79,7 +79,7 @@ def _print_table(rows: list[tuple[str, str]]) -> None:
 
 def data_dir(args: argparse.Namespace) -> Path:
     """--data-dir, else $LAB_DATA_DIR, else runs/lab-data: the folder the app uses too."""
-    return Path(args.data_dir or os.environ.get("LAB_DATA_DIR") or DEFAULT_DATA_DIR)
+    return data_dir_of(args.data_dir)
 
 
 class Refused(ValueError):

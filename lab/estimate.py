@@ -34,12 +34,13 @@ from lab.metrics.rates import (
 )
 from lab.models.registry import backend_class
 from lab.models.sizing import Plan, Work
+from lab.quant.plan import run_dtype
 
 __all__ = [
     "CONFIRM_S", "HEADROOM", "AUDIO_S_PER_CHAR", "VERDICTS", "Estimate", "EstimateError",
     "Measured", "Phase", "Plan", "Probe", "RateBook", "Work", "available_bytes",
     "device_label", "estimate", "host_available", "probe", "rate_key", "record_rate",
-    "run_dtype",
+    "require",
 ]
 
 CONFIRM_S = 60.0
@@ -165,14 +166,6 @@ def _check(cfg: object, chars: object, texts: object) -> None:
             raise EstimateError(f"{name}={value!r} must be a whole number >= 1")
 
 
-def run_dtype(cfg: PipelineConfig, device: torch.device) -> torch.dtype:
-    """The dtype the model will run in: fp16 on a CPU runs as bf16, as the precision plan does."""
-    from lab.quant.precision import dtype_of
-
-    wanted = dtype_of(cfg.dtype)
-    return torch.bfloat16 if device.type == "cpu" and wanted == torch.float16 else wanted
-
-
 def estimate(cfg: PipelineConfig, chars: int, device: str | torch.device | None = None,
              rates_dir: str | Path | None = None, *, texts: int = 1,
              loaded: bool = False) -> Estimate:
@@ -185,7 +178,7 @@ def estimate(cfg: PipelineConfig, chars: int, device: str | torch.device | None 
 
     _check(cfg, chars, texts)
     dev = resolve_device(device or cfg.device)
-    dtype = run_dtype(cfg, dev)
+    dtype = run_dtype(cfg.dtype, dev)
     book = RateBook(rates_dir).rates(rate_key(cfg, dev)) if rates_dir is not None else {}
     per_char = book.get("audio_s_per_char", AUDIO_S_PER_CHAR)
     work = Work(cfg, dev, dtype, chars, texts, per_char, WARMUP_TEXTS)
@@ -243,3 +236,14 @@ def _verdict(cfg, chars, dev, plan, loaded, avail, kind, host, load_s, synth_s):
                            f"{dev} (uses {_gib(total)} of {_gib(avail)} {kind})")
     return "run", (f"fits ({_gib(total)} of {_gib(avail)} {kind}) and takes about "
                    f"{_duration(load_s + synth_s)}")
+
+
+def require(guess: Estimate, confirmed: bool = True) -> Estimate:
+    """Raise EstimateError (a ValueError) for a run the estimate refuses, and for one that
+    would take minutes unless `confirmed`: the one rule every face that loads applies."""
+    if guess.verdict == "refuse":
+        raise EstimateError(f"Refused before loading: {guess.reason}")
+    if guess.verdict == "confirm" and not confirmed:
+        raise EstimateError(f"This run would take minutes: {guess.reason}. Tick “Run even if "
+                            "it takes minutes” to run it anyway.")
+    return guess

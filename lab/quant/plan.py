@@ -85,9 +85,10 @@ def _within(name: str, paths: tuple[str, ...]) -> bool:
     return any(p == "" or name == p or name.startswith(p + ".") for p in paths)
 
 
-def _run_dtype(dtype: str, device: torch.device, notes: list[str]) -> torch.dtype:
-    """The dtype the model can really run in here, with a note wherever it differs from the
-    request or will be slow."""
+def run_dtype(dtype: str, device: torch.device, notes: list[str] | None = None) -> torch.dtype:
+    """The dtype the model can really run in here, with a note (added to `notes`, if given)
+    wherever it differs from the request or will be slow."""
+    notes = [] if notes is None else notes
     wanted = dtype_of(dtype)
     if device.type == "cpu" and wanted == torch.float16:
         notes.append("fp16 runs as bf16 on CPU: fp16 kernels there (convolutions especially) "
@@ -137,7 +138,7 @@ def apply_knobs(
     inductor_mode(compile_mode)
     device = torch.device(device)
     notes: list[str] = []
-    run = _run_dtype(dtype, device, notes)
+    run = run_dtype(dtype, device, notes)
     model.to(device=device, dtype=run)
     if plan.after_cast is not None:
         plan.after_cast(model)

@@ -11,26 +11,22 @@ def launch(host: str = "127.0.0.1", port: int = 7860, data_dir: str | Path | Non
            warm: bool = True) -> None:
     """Build the app and serve it until interrupted.
 
-    The default pipeline is loaded, and the pre-run estimate's sizes and device probe are
-    computed once, before the server opens, behind a progress bar, so the first click in the
-    browser waits for neither.
+    The default pipeline is loaded before the server opens, behind a progress bar, so the
+    first click in the browser does not wait for weights; loading it also runs the pre-load
+    estimate once (its sizes and device probe are cached), so the first click's estimate is
+    instant too.
     """
-    from lab.estimate import estimate
-    from lab.ui.blocks import LabContext, build_app, data_dir_from_env
+    from lab.data_dir import data_dir as default_data_dir
+    from lab.ui.blocks import LabContext, build_app
 
-    steps = ["data directory", "default pipeline", "estimate", "interface"]
+    steps = ["data directory", "default pipeline", "interface"]
     with tqdm(total=len(steps), desc="starting lab", unit="step") as bar:
         bar.set_postfix_str(steps[0])
-        ctx = LabContext(Path(data_dir) if data_dir else data_dir_from_env())
+        ctx = LabContext(default_data_dir(data_dir))
         bar.update()
         bar.set_postfix_str(steps[1])
         if warm:
             ctx.cache.get(ctx.default, on_load=bar.set_postfix_str)
-            bar.update()
-            bar.set_postfix_str(steps[2])
-            estimate(ctx.default, 100, rates_dir=ctx.data_dir, loaded=True)
-        else:
-            bar.update()
         bar.update()
         bar.set_postfix_str(steps[2])
         demo = build_app(ctx)

@@ -27,7 +27,7 @@ from lab.config import LIMITS, PipelineConfig
 from lab.listening import BlindTrial, Contender, VoteError, new_session_id, new_trial, unheard
 from lab.quality import compare, evaluate
 from lab.ui import charts, tables
-from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, pcm16, resolve_config
+from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, pcm16, resolve_config, verdict_span
 from lab.ui.panel import Panel, build_panel
 from lab.ui.tables import PERCENT, Column
 
@@ -135,10 +135,9 @@ def reveal_quality(state: Rendered, progress: gr.Progress) -> tuple[str, object]
     progress((1, 2), desc="scoring B against A", unit="take")
     cand = evaluate(state.audio_b, state.sample_rate, trial.text, reference=state.audio_a)
     report = compare(cand, base)
-    verdict = "PASS" if report.passed else "FAIL"
-    css = "verdict-pass" if report.passed else "verdict-fail"
-    md = (f"<span class='{css}'>Candidate B `{trial.b.label}` against baseline A "
-          f"`{trial.a.label}`: {verdict}</span>\n\n{report.to_markdown()}")
+    md = (verdict_span(report.passed, f"Candidate B `{trial.b.label}` against baseline A "
+                                      f"`{trial.a.label}`: {{verdict}}")
+          + f"\n\n{report.to_markdown()}")
     mos = {f"{side} {label}": {k: getattr(s.mos, k) for k in MOS_KEYS}
            for side, label, s in (("A", trial.a.label, base), ("B", trial.b.label, cand))}
     return md, charts.quality_pair(mos)

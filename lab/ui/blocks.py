@@ -7,7 +7,6 @@ test can build an app on a temporary data directory.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,8 @@ import gradio as gr
 import torch
 
 from lab.config import PipelineConfig, list_presets, load_preset
-from lab.estimate import estimate
+from lab.data_dir import data_dir
+from lab.estimate import estimate, require
 from lab.listening import VoteStore
 from lab.metrics.telemetry import TelemetrySampler
 from lab.pipeline import Pipeline
@@ -25,7 +25,6 @@ from lab.ui.panel import PanelGroup
 from lab.ui.pipelines import PipelineCache
 from lab.ui.player import StreamHub
 
-DEFAULT_DATA_DIR = Path("runs") / "lab-data"
 DEFAULT_PRESET = "cpu-default"
 GUARD_CHARS = 200  # the text length a load is judged for when no request text is known yet
 
@@ -38,13 +37,7 @@ CSS = """
    every cell one letter per line. */
 .prose table { display: block; overflow-x: auto; max-width: 100%; }
 .prose th, .prose td { white-space: nowrap; }
-.table-wrap td, .table-wrap th { min-width: 6em; }
 """
-
-
-def data_dir_from_env() -> Path:
-    """LAB_DATA_DIR when set, else runs/lab-data under the working directory."""
-    return Path(os.environ.get("LAB_DATA_DIR") or DEFAULT_DATA_DIR)
 
 
 def default_config() -> PipelineConfig:
@@ -78,9 +71,7 @@ class LabContext:
         """A fresh pipeline (benchmarks use it uncached, so they share no warm state), built
         only after an estimate says it fits: every tab's load is refused with the numbers,
         before any weights load, when it would not."""
-        guess = estimate(cfg, GUARD_CHARS, rates_dir=self.data_dir)
-        if guess.verdict == "refuse":
-            raise ValueError(f"Refused before loading: {guess.reason}")
+        require(estimate(cfg, GUARD_CHARS, rates_dir=self.data_dir))
         return Pipeline(cfg, on_stage)
 
 
@@ -90,7 +81,7 @@ def build_app(ctx: LabContext | None = None) -> gr.Blocks:
     The knob panels of the tabs that run one config share their state, so a setting made on
     one tab is the setting on the others; A/B keeps its own two panels, one per side.
     """
-    ctx = ctx or LabContext(data_dir_from_env())
+    ctx = ctx or LabContext(data_dir())
     ctx.telemetry.start()
     with gr.Blocks(title="TTS Optimization Lab") as demo:
         gr.Markdown(

@@ -50,3 +50,9 @@ def resolve_config(ctx: LabContext, panel: Panel, data: dict) -> PipelineConfig:
 def load(ctx: LabContext, cfg: PipelineConfig, progress: gr.Progress, steps: int = 1) -> Pipeline:
     """A cached pipeline; a load (weights, casts, compile warm-up) is step 0 of `steps`."""
     return ctx.cache.get(cfg, on_load=lambda msg: progress((0, steps), desc=msg, unit="step"))
+
+
+def verdict_span(passed: bool, text: str) -> str:
+    """`text` coloured by a quality verdict, with "{verdict}" in it read as PASS or FAIL."""
+    word, css = ("PASS", "verdict-pass") if passed else ("FAIL", "verdict-fail")
+    return f"<span class='{css}'>{text.replace('{verdict}', word)}</span>"

@@ -27,8 +27,8 @@ class Panel:
 
     `base` holds the preset as plain data, so fields without a widget (voice, max_chars,
     noise scales, the rest of sampling) travel with the request instead of being reset.
-    `edits` are the events by which a person changes the panel (a preset loaded, a knob
-    turned), which `PanelGroup` follows to keep panels in step.
+    `edits` are the preset loads, which `PanelGroup` follows (with each knob's own `.input`)
+    to keep panels in step.
     """
 
     preset: gr.Dropdown
@@ -128,7 +128,6 @@ def build_panel(cfg: PipelineConfig, key: str, preset: str | None = None,
                                     picker, outputs))
     panel.edits.append(upload.upload(lambda path: _uploaded(path, width), upload,
                                      [picker, *outputs]))
-    panel.edits += [w.input(None, None, None) for w in knobs.inputs()]
     if _collecting:
         _collecting[-1].append(panel)
     return panel
@@ -166,6 +165,8 @@ class PanelGroup:
             copy = partial(_copies, len(others))
             for edit in src.edits:
                 edit.then(copy, src.state(), targets, show_progress="hidden")
+            for widget in src.knobs.inputs():
+                widget.input(copy, src.state(), targets, show_progress="hidden")
 
 
 def _copies(n: int, preset: str | None, *rest: object) -> list:

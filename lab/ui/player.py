@@ -160,10 +160,6 @@ class StreamHub:
         return {rid: {"state": c.state, "streamed_s": round(c.streamed_s, 3), **c.marks}
                 for rid, c in items}
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._channels)
-
     def _forget_stale(self) -> None:
         """Runs over for a while that nobody came to read (an API client without the
         player, a tab closed mid-run)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 
 from lab.quality import compare, evaluate
-from lab.ui.common import PLAIN, PROGRESS, load, pcm16
+from lab.ui.common import PLAIN, PROGRESS, load, pcm16, verdict_span
 
 if TYPE_CHECKING:
     from lab.config import PipelineConfig
@@ -48,9 +48,7 @@ def check(ctx: LabContext, last: dict | None, progress: gr.Progress) -> tuple[st
     cand = evaluate(last["audio"], last["sample_rate"], text, reference=ref.audio,
                     reference_rate=ref.sample_rate)
     report = compare(cand, base)
-    verdict = "PASS" if report.passed else "FAIL"
-    css = "verdict-pass" if report.passed else "verdict-fail"
-    md = (f"<span class='{css}'>Quality {verdict}</span> against the fp32 reference "
+    md = (verdict_span(report.passed, "Quality {verdict}") + " against the fp32 reference "
           f"(same seed {cfg.seed}); the take differs from it in "
           f"{_knobs_changed(cfg, ref_cfg)}.\n\n{report.to_markdown()}")
     return md, (ref.sample_rate, pcm16(ref.audio))

@@ -23,7 +23,7 @@ import gradio as gr
 import numpy as np
 import torch
 
-from lab.estimate import Estimate, estimate, record_rate
+from lab.estimate import Estimate, estimate, record_rate, require
 from lab.frontend.validation import check_text
 from lab.metrics import memory
 from lab.pipeline import describe_startup
@@ -205,13 +205,8 @@ def judge(ctx: LabContext, cfg: PipelineConfig, text: str, fresh: bool, confirme
           ) -> Estimate:
     """Estimate memory and time before loading; refuse a run that would not fit, and one
     that would take minutes unless the user ticked the box that accepts it."""
-    guess = estimate(cfg, len(text), rates_dir=ctx.data_dir, loaded=not fresh)
-    if guess.verdict == "refuse":
-        raise ValueError(f"Refused before loading: {guess.reason}")
-    if guess.verdict == "confirm" and not confirmed:
-        raise ValueError(f"This run would take minutes: {guess.reason}. Tick “Run even if it "
-                         "takes minutes” to run it anyway.")
-    return guess
+    return require(estimate(cfg, len(text), rates_dir=ctx.data_dir, loaded=not fresh),
+                   confirmed)
 
 
 def synthesize(ctx: LabContext, out: SynthOutputs, panel: Panel, text: str, run_id: str,
