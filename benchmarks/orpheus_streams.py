@@ -36,17 +36,16 @@ from lab.engine.request import SamplingParams
 from lab.engine.weights import load_lm
 from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
 from lab.models.orpheus_backend import TINY_SNAC
-from lab.models.orpheus_format import AudioTokenConstraint, ByteTokenizer, OrpheusLayout
-from lab.models.orpheus_tts import OrpheusTTS
-from lab.models.snac_codec import (
-    ORPHEUS_WINDOW,
-    SNAC_24KHZ,
-    SnacCodec,
-    StreamingDecoder,
-    StreamWindow,
-    build_snac,
+from lab.models.orpheus_format import (
+    AudioTokenConstraint,
+    ByteTokenizer,
+    OrpheusFormat,
+    OrpheusLayout,
 )
+from lab.models.snac_codec import ORPHEUS_WINDOW, SNAC_24KHZ, SnacCodec, build_snac
+from lab.models.token_tts import TokenTTS
 from lab.quant.precision import DTYPES
+from lab.stream.codec_stream import StreamingDecoder, StreamWindow
 
 REALTIME_TOKENS_PER_S = 7 * 24000 / 2048
 WINDOWS = [ORPHEUS_WINDOW, StreamWindow(1, 2, 2), StreamWindow(2, 3, 3), StreamWindow(1, 3, 3)]
@@ -113,8 +112,8 @@ def build(args, device: torch.device, n_slots: int, max_len: int):
     engine = LLMEngine(lm, EngineConfig(n_slots=n_slots, max_len=max_len,
                                         decode_mode=args.decode_mode))
     tokenizer = ByteTokenizer(layout.bos) if args.smoke else SubwordStandIn(layout.bos, 128000)
-    tts = OrpheusTTS(engine, codec, tokenizer, layout=layout,
-                     window=window_of(args.window), side_stream=args.side_stream)
+    tts = TokenTTS(engine, codec, OrpheusFormat(tokenizer, layout),
+                   window=window_of(args.window), side_stream=args.side_stream)
     engine.runner.logits_processor = AudioTokenConstraint(layout, allow_stop=False)
     return tts
 
@@ -144,7 +143,7 @@ def playback(arrivals: list[tuple[float, int]], sample_rate: int) -> tuple[float
     return None if math.isinf(rate) else (rate * REALTIME_TOKENS_PER_S, late)
 
 
-def run_streams(tts: OrpheusTTS, n: int, tokens: int, device: torch.device) -> dict:
+def run_streams(tts: TokenTTS, n: int, tokens: int, device: torch.device) -> dict:
     """Start n utterances together and run them to the end; latency and throughput figures."""
     from torch._dynamo.utils import counters
 
@@ -198,7 +197,7 @@ SPREAD_KEYS = ("per_stream_tok_s_min", "per_stream_tok_s_p50", "aggregate_tok_s"
 PER_RUN_KEYS = (*SPREAD_KEYS, "stalled_streams", "slowest_step", "recompiles")
 
 
-def repeated_streams(tts: OrpheusTTS, n: int, tokens: int, device: torch.device,
+def repeated_streams(tts: TokenTTS, n: int, tokens: int, device: torch.device,
                      repeats: int) -> dict:
     """`run_streams` `repeats` times: each figure is the median run's, with its min-max."""
     _, runs = timed_repeats(lambda: run_streams(tts, n, tokens, device), repeats=repeats,
@@ -214,7 +213,7 @@ def repeated_streams(tts: OrpheusTTS, n: int, tokens: int, device: torch.device,
     return row
 
 
-def profile_steps(tts: OrpheusTTS, n: int, tokens: int, out: Path) -> None:
+def profile_steps(tts: TokenTTS, n: int, tokens: int, out: Path) -> None:
     """Kernel and host-op table over 28 steady decode steps (4 frames, SNAC included)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -388,10 +387,9 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def prompt_len(tts: OrpheusTTS) -> int:
-    from lab.models.orpheus_format import format_prompt
+def prompt_len(tts: TokenTTS) -> int:
 
-    return len(format_prompt(tts.tokenizer, TEXTS[0], "tara", tts.layout))
+    return len(tts.format.prompt(TEXTS[0], "tara"))
 
 
 def targets(rows: list[dict]) -> dict:

@@ -28,10 +28,13 @@ from lab.engine.sampler import Candidates, SamplingBatch, sample
 from lab.engine.scheduler import PrefillChunk
 from lab.engine.transfer import to_device
 
-LogitsProcessor = Callable[[torch.Tensor, list[Request]], torch.Tensor | Candidates]
+LogitsProcessor = Callable[[torch.Tensor, list[Request], torch.Tensor],
+                           torch.Tensor | Candidates]
 """Edits the logits [n, V] of the listed requests before sampling, or narrows them to a per-row
 shortlist of token ids (a family that may only emit codec tokens in a fixed order). It sees
-each request as it is at launch: `n_launched` tokens sampled so far."""
+each request as it is at launch (`n_launched` tokens sampled so far) and each row's newest
+token [n] on the device, which the host learns only a step later (meaningless for a request
+whose `n_launched` is 0)."""
 
 
 class PendingTokens:
@@ -129,7 +132,7 @@ class ModelRunner:
         slots = to_device([r.slot for r in requests], torch.long, self.device)
         shortlist = None
         if self.logits_processor is not None:
-            edited = self.logits_processor(logits, requests)
+            edited = self.logits_processor(logits, requests, self.last_token[slots])
             shortlist = edited if isinstance(edited, Candidates) else None
             logits = logits if shortlist is not None else edited
         seen = None

@@ -173,13 +173,16 @@ def check_host_memory(cfg: LMConfig, dtype: torch.dtype, device: torch.device | 
             "'tiny-llama' (preset orpheus-tiny-cpu)")
 
 
-def dummy_lm(shape: str, dtype: torch.dtype, device: torch.device | str, seed: int = 0) -> LM:
-    """Seeded random weights of a named shape. They make noise, not speech."""
-    if shape not in LM_SHAPES:
+def dummy_lm(shape: str | LMConfig, dtype: torch.dtype, device: torch.device | str,
+             seed: int = 0) -> LM:
+    """Seeded random weights of a named shape (or a trained model's own config). They make
+    noise, not speech."""
+    if isinstance(shape, str) and shape not in LM_SHAPES:
         raise WeightsError(f"model {shape!r} is not a known LM shape for dummy weights; "
                            f"choose one of {sorted(LM_SHAPES)}")
-    check_host_memory(LM_SHAPES[shape], dtype, device, shape)
-    lm = empty_lm(LM_SHAPES[shape], dtype, device)
+    cfg = LM_SHAPES[shape] if isinstance(shape, str) else shape
+    check_host_memory(cfg, dtype, device, shape if isinstance(shape, str) else "this shape")
+    lm = empty_lm(cfg, dtype, device)
     lm.is_dummy = True
     if torch.device(device).type == "meta":
         return lm
@@ -237,7 +240,7 @@ def fetch_from_hub(repo_id: str) -> Path:
 def load_lm(
     source: str,
     *,
-    shape: str | None = None,
+    shape: str | LMConfig | None = None,
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
     seed: int = 0,

@@ -126,6 +126,32 @@ def format_prompt(tokenizer, text: str, voice: str | None = "tara",
             layout.start_of_ai, layout.start_of_speech]
 
 
+@dataclass(frozen=True)
+class OrpheusFormat:
+    """Orpheus' tokens as `lab.models.token_tts` reads them: a unit is a sentence's text."""
+
+    tokenizer: object
+    layout: OrpheusLayout = ORPHEUS
+
+    @property
+    def end(self) -> int:
+        return self.layout.end_of_speech
+
+    @property
+    def codebook_size(self) -> int:
+        return self.layout.codebook_size
+
+    @property
+    def vocab_needed(self) -> int:
+        return self.layout.vocab_needed
+
+    def prompt(self, unit: str, voice: str | None) -> list[int]:
+        return format_prompt(self.tokenizer, unit, voice, self.layout)
+
+    def assembler(self) -> FrameAssembler:
+        return FrameAssembler(self.layout)
+
+
 def frames_from_tokens(tokens: Sequence[int], layout: OrpheusLayout = ORPHEUS) -> torch.Tensor:
     """Complete frames [n, 7] of codes from generated tokens (invalid tokens skipped)."""
     frames = FrameAssembler(layout).feed(tokens)
@@ -171,7 +197,9 @@ class AudioTokenConstraint:
     def __init__(self, layout: OrpheusLayout = ORPHEUS, allow_stop: bool = True) -> None:
         self.layout, self.allow_stop = layout, allow_stop
 
-    def __call__(self, logits: torch.Tensor, requests: list[Request]) -> Candidates:
+    def __call__(self, logits: torch.Tensor, requests: list[Request],
+                 previous: torch.Tensor | None = None) -> Candidates:
+        """Frame positions follow from `n_launched` alone, so `previous` is not needed."""
         lay, device = self.layout, logits.device
         index = to_device([r.n_launched % FRAME_CODES for r in requests], torch.long, device)
         codes = torch.arange(lay.codebook_size, device=device)

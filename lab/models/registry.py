@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 FAMILIES: dict[str, str] = {
     "piper-vits": "lab.models.piper_backend:PiperBackend",
+    "ar-voice": "lab.models.voice_backend:VoiceBackend",
     "orpheus": "lab.models.orpheus_backend:OrpheusBackend",
 }
 

@@ -12,13 +12,7 @@ from lab.config import PipelineConfig, SamplingConfig
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.llm import LM, LMConfig
 from lab.engine.request import Request, SamplingParams
-from lab.models.orpheus_backend import (
-    TINY_SNAC,
-    build_tts,
-    decode_mode,
-    engine_config,
-    sampling_params,
-)
+from lab.models.orpheus_backend import TINY_SNAC, build_tts
 from lab.models.orpheus_format import (
     ORPHEUS,
     VOICES,
@@ -26,19 +20,22 @@ from lab.models.orpheus_format import (
     ByteTokenizer,
     FrameAssembler,
     OrpheusError,
+    OrpheusFormat,
     OrpheusLayout,
     format_prompt,
     frames_from_tokens,
     load_tokenizer,
 )
-from lab.models.orpheus_tts import OrpheusTTS
-from lab.models.snac_codec import SnacCodec, StreamWindow, build_snac
+from lab.models.snac_codec import SnacCodec, build_snac
+from lab.models.token_backend import decode_mode, engine_config, sampling_params
+from lab.models.token_tts import TokenTTS
+from lab.stream.codec_stream import StreamWindow
 
 LAYOUT = OrpheusLayout.compact(16)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny_tts(**engine_kw) -> OrpheusTTS:
+def tiny_tts(**engine_kw) -> TokenTTS:
     cfg = LMConfig(
         vocab_size=LAYOUT.vocab_needed,
         dim=32,
@@ -56,11 +53,10 @@ def tiny_tts(**engine_kw) -> OrpheusTTS:
     codec = SnacCodec(
         build_snac({**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}), noise=False
     )
-    return OrpheusTTS(
+    return TokenTTS(
         engine,
         codec,
-        ByteTokenizer(LAYOUT.bos),
-        layout=LAYOUT,
+        OrpheusFormat(ByteTokenizer(LAYOUT.bos), LAYOUT),
         window=StreamWindow(hop=1, left=1, right=2),
         sampling=SamplingParams(max_tokens=7 * 6, seed=0),
     )
@@ -171,7 +167,7 @@ def test_from_config_builds_a_dummy_pipeline_that_speaks():
     )
     tts, _ = build_tts(cfg, torch.device("cpu"), n_slots=2)
     assert tts.sample_rate == 24000 and tts.codec.is_dummy
-    assert tts.layout == OrpheusLayout.compact(7)  # tiny-llama's 320 ids hold 7 codes a slot
+    assert tts.format.layout == OrpheusLayout.compact(7)  # tiny-llama's 320 ids hold 7 codes a slot
     (audio,) = tts.synthesize(["test"])  # may stop early: dummy weights pick end-of-speech too
     assert audio.dtype == np.float32 and audio.size % 2048 == 0 and audio.size <= 3 * 2048
     with pytest.raises(OrpheusError):

@@ -8,15 +8,13 @@ import torch
 from lab.models.orpheus_backend import TINY_SNAC
 from lab.models.snac_codec import (
     ORPHEUS_WINDOW,
-    CodecError,
     SnacCodec,
-    StreamingDecoder,
-    StreamWindow,
     build_snac,
     levels_from_frames,
     load_snac,
     strip_noise,
 )
+from lab.stream.codec_stream import CodecError, StreamingDecoder, StreamWindow
 
 SMALL = {**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}
 

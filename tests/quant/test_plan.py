@@ -12,10 +12,10 @@ from torch import nn
 import lab.config
 import lab.quant.plan as plan
 from lab.engine import GraphedDecoder, StaticKVCache, load_lm
-from lab.models.orpheus_backend import LM_PLAN
 from lab.models.piper_backend import PIPER_PLAN
 from lab.models.piper_voice import load_voice
 from lab.models.snac_codec import SNAC_24KHZ, SnacCodec, build_snac
+from lab.models.token_backend import LM_PLAN
 from lab.quant import COMPILE_MODES, DTYPES, QUANTS, PrecisionError
 from lab.quant.plan import PrecisionPlan, apply_knobs
 from lab.quant.precision import is_quantized

@@ -35,11 +35,13 @@ class VitsHyper:
 
 @dataclass
 class Latents:
-    """What the vocoder consumes: latent frames z [B, C, T] and their mask [B, 1, T]."""
+    """What the vocoder consumes: latent frames z [B, C, T] and their mask [B, 1, T], plus the
+    frames each input id was given [B, N] (what a student learns to place phonemes from)."""
 
     z: torch.Tensor
     mask: torch.Tensor
     lengths: torch.Tensor
+    durations: torch.Tensor
 
 
 class Synthesizer(nn.Module):
@@ -93,7 +95,7 @@ class Synthesizer(nn.Module):
         mean = expand_by_durations(mean, durations, mask)
         log_std = expand_by_durations(log_std, durations, mask)
         z_p = mean + noise[..., : mean.shape[-1]] * torch.exp(log_std)
-        return Latents(self.flow.inverse(z_p, mask), mask, lengths)
+        return Latents(self.flow.inverse(z_p, mask), mask, lengths, durations)
 
     def vocode(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.dec(z, mask)

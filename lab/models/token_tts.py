@@ -1,4 +1,9 @@
-"""OrpheusTTS: text in, streamed 24 kHz audio out, for many utterances in one engine at once.
+"""TokenTTS: units in, streamed audio out, for many utterances in one engine at once.
+
+A family that speaks by emitting codec tokens (Orpheus with SNAC; the lab's own voice with its
+latent codec) describes its tokens with a `TokenFormat`: how a unit of text becomes a prompt,
+how generated tokens become codec frames, and which token ends the audio. The loop below is the
+same for every such family, so each knob (cache mode, batching, decode window) acts alike on all.
 
 Every `step()` advances every active utterance by one token, so whoever calls it serves all of
 them. Each utterance therefore keeps its own audio until its owner takes it (`pending`), its
@@ -14,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -21,14 +27,30 @@ import torch
 from lab.engine.engine import LLMEngine
 from lab.engine.request import SamplingParams
 from lab.metrics.timers import STEP_STAGE, RequestMeter, shared_stage
-from lab.models.orpheus_format import (
-    ORPHEUS,
-    FrameAssembler,
-    OrpheusError,
-    OrpheusLayout,
-    format_prompt,
-)
-from lab.models.snac_codec import AudioChunk, SnacCodec, StreamingDecoder, StreamWindow
+from lab.stream.codec_stream import AudioChunk, Codec, StreamingDecoder, StreamWindow
+
+
+class FormatError(ValueError):
+    """An engine or codec that does not fit the family's token format."""
+
+
+class Assembler(Protocol):
+    def feed(self, tokens: Sequence[int]) -> list[list[int]]:
+        """The codec frames completed by these tokens."""
+
+
+class TokenFormat(Protocol):
+    """How one family's units, tokens and codec frames relate."""
+
+    end: int             # the token that ends an utterance's audio
+    codebook_size: int   # what its codec must decode
+    vocab_needed: int    # the smallest LM vocabulary that holds its tokens
+
+    def prompt(self, unit, voice: str | None) -> list[int]:
+        """Prompt ids for one unit (a sentence's text or phonemes); bad input raises."""
+
+    def assembler(self) -> Assembler:
+        """A fresh per-utterance collector of frames from tokens."""
 
 
 @dataclass
@@ -36,10 +58,10 @@ class Utterance:
     """One submitted text: its audio so far, what it cost, and the times that define latency."""
 
     request_id: str
-    text: str
+    unit: object
     voice: str | None
     submitted: float
-    assembler: FrameAssembler
+    assembler: Assembler
     meter: RequestMeter | None = None
     chunks: list[AudioChunk] = field(default_factory=list)
     pending: deque[AudioChunk] = field(default_factory=deque)
@@ -55,43 +77,44 @@ class Utterance:
         return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
 
 
-class OrpheusTTS:
-    """Runs text through the serving engine and the streaming codec.
+class TokenTTS:
+    """Runs units through the serving engine and the streaming codec.
 
     Each `step()` runs one engine step (every active utterance gains a token), turns finished
     frames into codec input, and decodes all windows that became due in one batched call.
-    The engine should carry an `AudioTokenConstraint` for `layout` as its logits processor;
-    without one, invalid tokens are skipped, not spoken.
+    The engine should carry the family's constraint as its logits processor; without one,
+    invalid tokens are skipped, not spoken.
     """
 
-    def __init__(self, engine: LLMEngine, codec: SnacCodec, tokenizer, *,
-                 layout: OrpheusLayout = ORPHEUS, window: StreamWindow | None = None,
-                 side_stream: bool = False, sampling: SamplingParams | None = None) -> None:
-        if engine.vocab_size < layout.vocab_needed:
-            raise OrpheusError(f"the LM's vocabulary ({engine.vocab_size}) is too small for the "
-                               f"Orpheus layout ({layout.vocab_needed} ids needed)")
-        if codec.codebook_size != layout.codebook_size:
-            raise OrpheusError(f"codec codebook ({codec.codebook_size}) differs from the layout's "
-                               f"({layout.codebook_size})")
-        self.engine, self.codec, self.tokenizer, self.layout = engine, codec, tokenizer, layout
+    def __init__(self, engine: LLMEngine, codec: Codec, fmt: TokenFormat, *,
+                 window: StreamWindow | None = None, side_stream: bool = False,
+                 sampling: SamplingParams | None = None) -> None:
+        if engine.vocab_size < fmt.vocab_needed:
+            raise FormatError(f"the LM's vocabulary ({engine.vocab_size}) is too small for the "
+                              f"token format ({fmt.vocab_needed} ids needed)")
+        if codec.codebook_size != fmt.codebook_size:
+            raise FormatError(f"codec codebook ({codec.codebook_size}) differs from the "
+                              f"format's ({fmt.codebook_size})")
+        self.engine, self.codec, self.format = engine, codec, fmt
         self.decoder = StreamingDecoder(codec, window or StreamWindow(), side_stream)
         self.sampling = sampling or SamplingParams()
         self.utterances: dict[str, Utterance] = {}
+        self.notes: list[str] = []  # stop rules that fired, for the run's fallback notes
 
     @property
     def sample_rate(self) -> int:
         return self.codec.sample_rate
 
-    def submit(self, text: str, voice: str | None = "tara",
-               sampling: SamplingParams | None = None, meter: RequestMeter | None = None) -> str:
-        """Queue one utterance; returns its id. Bad text or voice raise OrpheusError."""
-        prompt = format_prompt(self.tokenizer, text, voice, self.layout)
+    def submit(self, unit, voice: str | None = None, sampling: SamplingParams | None = None,
+               meter: RequestMeter | None = None) -> str:
+        """Queue one utterance; returns its id. Bad input raises the format's error."""
+        prompt = self.format.prompt(unit, voice)
         params = sampling or self.sampling
-        stops = tuple(sorted({*params.stop_token_ids, self.layout.end_of_speech}))
+        stops = tuple(sorted({*params.stop_token_ids, self.format.end}))
         params = dataclasses.replace(params, stop_token_ids=stops)
         rid = self.engine.add_request(prompt, params)
-        self.utterances[rid] = Utterance(rid, text, voice, time.perf_counter(),
-                                         FrameAssembler(self.layout), meter)
+        self.utterances[rid] = Utterance(rid, unit, voice, time.perf_counter(),
+                                         self.format.assembler(), meter)
         self.decoder.open(rid)
         return rid
 
@@ -137,6 +160,9 @@ class OrpheusTTS:
             self.decoder.push(out.request_id, torch.tensor(frames, dtype=torch.long))
         if out.finished:
             self.decoder.close(out.request_id)
+            if out.finish_reason == "length":
+                self.notes.append(f"an utterance reached its limit of {out.n_generated} tokens "
+                                  "before its end token and was stopped there")
 
     def _record(self, chunks: list[AudioChunk]) -> list[AudioChunk]:
         now = time.perf_counter()
@@ -160,7 +186,7 @@ class OrpheusTTS:
         self.engine.release(request_id)
         return self.utterances.pop(request_id)
 
-    def synthesize(self, texts: Sequence[str], voice: str | None = "tara",
+    def synthesize(self, texts: Sequence, voice: str | None = None,
                    sampling: SamplingParams | Sequence[SamplingParams] | None = None,
                    meter: RequestMeter | None = None) -> list[np.ndarray]:
         """Whole waveforms, one per text, generated concurrently (one sampling, or one each).
@@ -179,7 +205,7 @@ class OrpheusTTS:
             raise
         return [self._finish(i).audio() for i in ids]
 
-    def stream(self, text: str, voice: str | None = "tara",
+    def stream(self, text, voice: str | None = None,
                sampling: SamplingParams | None = None,
                meter: RequestMeter | None = None) -> Iterator[AudioChunk]:
         """One utterance's chunks in order, each as soon as it is decoded.

@@ -1,0 +1,134 @@
+"""What every family that speaks through codec tokens shares: the engine's settings from the
+app's config, and a backend base class that runs units through `TokenTTS`.
+
+Orpheus and the lab's own voice differ only in how they load, what a unit is and how long it
+may run; the knobs (`kv_cache`, `continuous_batching`, `compile`, `cuda_graphs`, sampling,
+`decode_interval`, `overlap`) are translated here once, so they act the same on both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from lab.config import PipelineConfig, SamplingConfig
+from lab.engine.engine import EngineConfig
+from lab.engine.request import SamplingParams
+from lab.engine.scheduler import POLICIES
+from lab.metrics.timers import RequestMeter
+from lab.models.backend import Family
+from lab.models.token_tts import TokenTTS
+from lab.quant.plan import PrecisionPlan, PrecisionReport
+from lab.stream.codec_stream import StreamWindow
+
+
+def _after_cast(lm: torch.nn.Module) -> None:
+    """A cast rounds the rotary tables and can untie the output head from the embedding."""
+    lm.reset_rope()
+    lm.tie_weights()
+
+
+def decode_mode(compile_mode: str, cuda_graphs: bool) -> str:
+    """The engine's decode mode for the `compile` and `cuda_graphs` knobs: a compiled step is
+    always captured as a graph on a GPU; without compile, `cuda_graphs` picks graph or eager."""
+    if compile_mode == "none":
+        return "cuda-graph" if cuda_graphs else "eager"
+    return compile_mode
+
+
+def engine_config(cfg: PipelineConfig, *, n_slots: int | None = None,
+                  max_len: int = 2048) -> EngineConfig:
+    """The engine's settings for a pipeline config: slots default to its batch size, and
+    `continuous_batching`, `kv_cache`, `compile` and `cuda_graphs` become plain engine values
+    (the engine never sees the app's config)."""
+    return EngineConfig(n_slots=n_slots or cfg.batch_size, max_len=max_len,
+                        policy=POLICIES[0] if cfg.continuous_batching else POLICIES[1],
+                        kv_cache=cfg.kv_cache,
+                        decode_mode=decode_mode(cfg.compile, cfg.cuda_graphs))
+
+
+def sampling_params(cfg: SamplingConfig, *, seed: int | None = None) -> SamplingParams:
+    """A pipeline config's sampling section as the engine's per-request settings."""
+    return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                          repetition_penalty=cfg.repetition_penalty, max_tokens=cfg.max_tokens,
+                          seed=seed)
+
+
+# The engine compiles and captures the LM's decode step itself (`compile` becomes its decode
+# mode), so the plan compiles nothing; quantization acts on every linear of the LM.
+LM_PLAN = PrecisionPlan(after_cast=_after_cast)
+
+
+def stream_window(cfg: PipelineConfig) -> StreamWindow:
+    """`decode_interval` codec frames per chunk, with `overlap` frames of context each side."""
+    return StreamWindow(hop=cfg.decode_interval, left=cfg.overlap, right=cfg.overlap)
+
+
+class TokenBackend:
+    """Meets `lab.models.backend.Backend` for a family built on `TokenTTS`; a subclass sets
+    `family`, builds `tts` and `precision`, and says what a unit is (`prepare`) and how many
+    tokens it may take (`max_tokens`)."""
+
+    family: Family
+    warmup_tokens: int = 16
+
+    def __init__(self, config: PipelineConfig, tts: TokenTTS,
+                 precision: PrecisionReport) -> None:
+        self.config, self.tts, self.precision = config, tts, precision
+        self.sample_rate = tts.sample_rate
+        self.model = tts.engine.runner.model
+        self.kv_cache = tts.engine.runner.cache
+
+    def max_tokens(self, unit) -> int:
+        return self.tts.sampling.max_tokens
+
+    def fallbacks(self) -> list[str]:
+        dummy = [self.family.dummy_warning] if self.config.weights == "dummy" else []
+        return [*self.precision.notes, *self.tts.engine.fallbacks, *self.tts.codec.fallbacks,
+                *self.tts.notes, *dummy]
+
+    def memory_facts(self) -> dict[str, str]:
+        return {"KV cache": self.kv_cache.describe()}
+
+    def applied(self) -> dict[str, object]:
+        """Precision as the plan applied it, and the decode step as it runs now: a graph or
+        compile failure at load turns the step eager."""
+        runner = self.tts.engine.runner
+        mode = "eager" if runner.decoder is None else runner.decoder.mode
+        captured = mode == "cuda-graph" or (mode != "eager" and runner.device.type == "cuda")
+        compiled = mode not in ("eager", "cuda-graph")
+        return {"dtype": self.precision.dtype, "quant": self.precision.quant,
+                "compile": mode if compiled else "none", "cuda_graphs": captured}
+
+    def _sampling(self, unit, seed: int) -> SamplingParams:
+        return dataclasses.replace(self.tts.sampling, seed=seed,
+                                   max_tokens=min(self.tts.sampling.max_tokens,
+                                                  self.max_tokens(unit)))
+
+    def warm_up(self, texts: tuple[str, ...]) -> None:
+        """Capture or compile every decode bucket, then run a few tokens of one request per
+        text through the engine and the codec, so set-up (and any failure of it) happens at
+        load rather than in the first request."""
+        self.tts.engine.runner.warmup()
+        units = [self.prepare(text)[0][0] for text in texts]
+        params = [dataclasses.replace(self._sampling(u, 0), max_tokens=self.warmup_tokens)
+                  for u in units]
+        self.tts.synthesize(units, self.config.voice, params)
+        self.tts.notes.clear()  # the warm-up stops short on purpose
+
+    def synthesize(self, units: list, seeds: list[int],
+                   meter: RequestMeter) -> list[np.ndarray]:
+        params = [self._sampling(u, s) for u, s in zip(units, seeds, strict=True)]
+        return self.tts.synthesize(units, self.config.voice, params, meter)
+
+    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray]:
+        chunks = self.tts.stream(unit, self.config.voice, self._sampling(unit, seed), meter)
+        try:
+            for chunk in chunks:
+                with meter.timer.stage("to_cpu"):
+                    yield chunk.audio.float().cpu().numpy()
+        finally:
+            chunks.close()

@@ -1,0 +1,136 @@
+"""The lab's own autoregressive voice: a small Llama-style LM, trained here, that reads the Piper
+voice's phonemes and speaks codes of the lab's latent codec, decoded by the voice's HiFi-GAN.
+
+It runs through the same engine, caches, scheduler, graphs and quantization path as Orpheus
+(`TokenBackend`), so every autoregressive knob acts on a model whose output is real speech.
+The weights ship in the package (`lab/data/voice/`); `model` may name another directory
+holding `lm.safetensors` and `codebooks.safetensors`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from lab.config import PipelineConfig
+from lab.engine.engine import LLMEngine
+from lab.engine.weights import load_lm
+from lab.frontend import prepare
+from lab.models.backend import Family
+from lab.models.latent_codec import LatentCodec, load_codebooks
+from lab.models.piper_voice import PiperVoice, load_voice
+from lab.models.sizing import Plan, Work
+from lab.models.token_backend import (
+    LM_PLAN,
+    TokenBackend,
+    engine_config,
+    sampling_params,
+    stream_window,
+)
+from lab.models.token_tts import TokenTTS
+from lab.models.voice_format import (
+    PhonemeAlignedConstraint,
+    VoiceFormat,
+    VoiceLayout,
+    lm_phonemes,
+)
+from lab.models.voice_weights import load_voice_lm
+from lab.quant.plan import PrecisionReport, apply_knobs
+
+WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "data" / "voice"
+LM_FILE, CODEBOOK_FILE = "lm.safetensors", "codebooks.safetensors"
+GROUPS_PER_PHONEME = 6
+"""Stop rule: at most this many codec groups (24 frames, 0.28 s) per phoneme on average, about
+three times the teacher's pace, so a model that never moves on cannot run away."""
+PROMPT_ROOM = 8
+
+VOICE_FAMILY = Family(
+    "ar-voice", "The lab's own voice: a small Llama-style LM over the Piper voice's phonemes, "
+                "speaking latent-codec tokens that the voice's own HiFi-GAN decodes",
+    autoregressive=True,
+    quantization=(
+        "quantization acts on the language model's linear layers (the codec's generator "
+        "stays in the chosen precision); int8-weight and int8-dynamic run on CPU or GPU, "
+        "int4-weight and fp8 need a CUDA GPU and bf16 (fp8 also compute capability 8.9+) "
+        "and otherwise fall back to int8"),
+    unsupported={
+        **{knob: "it samples codec tokens; these scale the VITS voice's noise and durations "
+                 "(see sampling instead)" for knob in ("noise_scale", "length_scale", "noise_w")},
+        "voice": "the lab's voice has a single speaker",
+    },
+    dummy_warning="dummy weights: the language model is random, so the audio is noise, "
+                  "not speech")
+
+
+def weights_dir(cfg: PipelineConfig) -> Path:
+    return WEIGHTS_DIR if cfg.model == "default" else Path(cfg.model)
+
+
+def teacher_voice(cfg: PipelineConfig) -> str:
+    """The Piper voice whose frontend and generator the model was trained with: the embedded
+    one, unless the weights directory carries an export of it in `voice/` (for machines
+    without the voice's package)."""
+    folder = weights_dir(cfg) / "voice"
+    return str(folder) if folder.is_dir() else "default"
+
+
+def max_tokens_for(layout: VoiceLayout, n_phonemes: int) -> int:
+    """Every phoneme once, plus codes for at most GROUPS_PER_PHONEME groups per phoneme."""
+    return n_phonemes + layout.levels * (GROUPS_PER_PHONEME * n_phonemes + 4) + 1
+
+
+def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
+              ) -> tuple[TokenTTS, PrecisionReport]:
+    """LM (cast and quantized by the shared plan), engine, codec and format for a config."""
+    folder = weights_dir(cfg)
+    books = load_codebooks(folder / CODEBOOK_FILE)
+    lm, lm_cfg = load_voice_lm(folder / LM_FILE)
+    if cfg.weights == "dummy":
+        lm, lm_cfg = load_lm("dummy", shape=lm_cfg, dtype="fp32", device="cpu", seed=cfg.seed)
+    lm = lm.to(device)
+    layout = VoiceLayout(levels=books.shape[0], codebook_size=books.shape[1])
+    report = apply_knobs(lm, LM_PLAN, dtype=cfg.dtype, quant=cfg.quant, compile_mode="none",
+                         device=device)
+    codec_compile = cfg.compile if device.type == "cuda" else "none"
+    codec = LatentCodec(books, voice.model.dec, device=device, dtype=lm.embed.weight.dtype
+                        if cfg.dtype != "fp32" else torch.float32, compile_mode=codec_compile)
+    room = min(cfg.sampling.max_tokens + 256 + PROMPT_ROOM, lm_cfg.max_seq_len)
+    engine = LLMEngine(lm, engine_config(cfg, max_len=room),
+                       logits_processor=PhonemeAlignedConstraint(layout))
+    tts = TokenTTS(engine, codec, VoiceFormat(layout), window=stream_window(cfg),
+                   sampling=sampling_params(cfg.sampling, seed=cfg.seed))
+    return tts, report
+
+
+class VoiceBackend(TokenBackend):
+    """Meets `lab.models.backend.Backend` for the lab's voice: a unit is a sentence's
+    phonemes, as the Piper voice's frontend gives them."""
+
+    family = VOICE_FAMILY
+
+    def __init__(self, config: PipelineConfig, voice: PiperVoice, tts: TokenTTS,
+                 precision: PrecisionReport) -> None:
+        super().__init__(config, tts, precision)
+        self.voice = voice
+        self.layout = tts.format.layout
+
+    @classmethod
+    def load(cls, config: PipelineConfig, device: torch.device) -> VoiceBackend:
+        voice = load_voice(teacher_voice(config))
+        return cls(config, voice, *build_tts(config, device, voice))
+
+    @classmethod
+    def size(cls, work: Work) -> Plan:
+        """What `work` would hold and do, from shapes alone, before anything loads."""
+        from lab.models.voice_sizing import size_voice
+
+        return size_voice(work)
+
+    def prepare(self, text: str) -> tuple[list[list[int]], list[str]]:
+        s = self.voice.settings
+        prepared = prepare(text, s.phoneme_id_map, s.espeak_voice, self.config.max_chars)
+        return [lm_phonemes(ids) for ids in prepared.ids], prepared.warnings
+
+    def max_tokens(self, unit: list[int]) -> int:
+        return max_tokens_for(self.layout, len(unit))

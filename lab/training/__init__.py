@@ -1,0 +1,1 @@
+"""The lab's own voice: making its training data, and training it."""
