@@ -23,7 +23,6 @@ import statistics
 from pathlib import Path
 
 import torch
-from lab.training.textgen import make_split
 from tqdm import tqdm
 
 from lab.bench.report import markdown_table, run_meta
@@ -40,6 +39,7 @@ from lab.models.latent_codec import (
 from lab.quality.report import evaluate
 from lab.training.rvq import train_rvq
 from lab.training.teacher import Teacher
+from lab.training.textgen import make_split
 
 MOS_TOLERANCE, WER_POINTS = 0.05, 0.02
 
@@ -98,7 +98,7 @@ def main() -> None:
     hours = sum(len(x) for x in latents) * HOP / 22050 / 3600
     base = score(teacher, eval_takes, evals, None, 0)
     rows = [row("teacher", None, 0, base, base)]
-    for spec in args.groupings.split(","):
+    for spec in filter(None, args.groupings.split(",")):
         frames, levels = (int(x) for x in spec.split(":"))
         vectors = torch.cat([group_latents(x, frames) for x in latents])
         books = train_rvq(vectors, levels, args.codebook_size, args.iters, args.seed)

@@ -98,8 +98,8 @@ def write(out: Path, rows: list[dict], device: str, n: int) -> None:
     stem = f"voice_knobs_{device}"
     (out / f"{stem}.json").write_text(json.dumps({"meta": run_meta(device=device),
                                                  "sentences": n, "rows": rows}, indent=2))
-    head = ["config", "ms_per_step", "rtf", "ttfa_ms", "dnsmos_ovrl", "wer", "verdict",
-            "fallbacks"]
+    head = ["run"] * ("run" in rows[0]) + ["config", "ms_per_step", "rtf", "ttfa_ms",
+                                           "dnsmos_ovrl", "wer", "verdict", "fallbacks"]
     (out / f"{stem}.md").write_text(
         f"# The lab's voice: knobs on real speech ({device})\n\nReal weights (`ar-voice`, "
         f"lab/data/voice), {n} held-out sentences, same seeds in every row; verdict against "
@@ -119,7 +119,9 @@ def main() -> None:
     ap.add_argument("--phonemes", type=Path, help="replay phonemes recorded with espeak-ng")
     ap.add_argument("--record-phonemes", type=Path)
     ap.add_argument("--audio-out", type=Path, help="save audio instead of scoring it here")
-    ap.add_argument("--score", type=Path, help="score audio saved by --audio-out")
+    ap.add_argument("--score", type=Path, nargs="+",
+                    help="score audio saved by --audio-out (several runs: one table, each run "
+                         "judged against its own fp32 row)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -129,13 +131,16 @@ def main() -> None:
 
         return record_phonemes(sentences, "default", args.record_phonemes)
     if args.score:
-        saved = np.load(args.score, allow_pickle=False)
-        meta = json.loads(str(saved["meta"]))
-        said = meta["texts"]
-        takes = {name: [saved[f"{name}/{i}"].astype(np.float32) / 32767
-                        for i in range(len(said))] for name in meta["names"]}
-        score(meta["rows"], takes, said)
-        return write(args.out, meta["rows"], meta["device"], len(said))
+        rows = []
+        for run, path in enumerate(args.score, start=1):
+            saved = np.load(path, allow_pickle=False)
+            meta = json.loads(str(saved["meta"]))
+            said = meta["texts"]
+            takes = {name: [saved[f"{name}/{i}"].astype(np.float32) / 32767
+                            for i in range(len(said))] for name in meta["names"]}
+            score(meta["rows"], takes, said)
+            rows += [{"run": run, **row} for row in meta["rows"]]
+        return write(args.out, rows, meta["device"], len(said))
     if args.phonemes:
         from voice_bench import replay_phonemes
 

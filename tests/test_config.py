@@ -99,7 +99,9 @@ def test_presets_and_sentence_sets_ship_inside_the_package():
     assert {f"{name}.txt" for name in list_sentence_sets()} == sets
     assert {"short", "medium", "long", "edge"} <= set(list_sentence_sets())
     project = (Path(__file__).parents[1] / "pyproject.toml").read_text()
-    assert '"presets/*.yaml", "data/sentences/*.txt", "ui/player.js"' in project
+    for data in ("presets/*.yaml", "data/sentences/*.txt", "data/voice/*.safetensors",
+                 "ui/player.js", "training/words/*.txt"):
+        assert f'"{data}"' in project, data
 
 
 def test_sampling_values_are_checked_against_their_bounds():

@@ -133,4 +133,6 @@ class VoiceBackend(TokenBackend):
         return [lm_phonemes(ids) for ids in prepared.ids], prepared.warnings
 
     def max_tokens(self, unit: list[int]) -> int:
-        return max_tokens_for(self.layout, len(unit))
+        """The stop rule, within what the cache holds after the prompt (phonemes + 2)."""
+        room = self.tts.engine.config.max_len - (len(unit) + 2) - 1
+        return min(max_tokens_for(self.layout, len(unit)), room)
