@@ -19,7 +19,7 @@ from torch import nn
 
 from lab.models.snac_codec import CodecError
 from lab.models.vits.generator import Generator
-from lab.quant.compile import compile_note, compiled
+from lab.quant.compile import EagerOnFailure, compile_note
 
 HOP = 256
 CHANNELS = 192
@@ -135,7 +135,8 @@ class LatentCodec:
         self.is_dummy = False
         self.fallbacks: list[str] = []
         self.compile_mode = compile_mode
-        self._decode = compiled(self._eager, compile_mode, dynamic=True)
+        self._decode = EagerOnFailure(self._eager, compile_mode, "codec", self.fallbacks,
+                                      dynamic=True)
         if note := compile_note(compile_mode, "the voice codec's generator"):
             self.fallbacks.append(note)
 
@@ -164,13 +165,5 @@ class LatentCodec:
             raise CodecError(f"codes must lie in [0, {self.codebook_size}); got "
                              f"{int(frames.min())}..{int(frames.max())}")
         z = self.latents(frames.to(self.device, torch.long))
-        try:
-            audio = self._decode(z)
-        except Exception as err:  # a compiler failure must not cost the audio
-            if self._decode == self._eager:
-                raise
-            self.fallbacks.append(f"codec torch.compile({self.compile_mode}) failed "
-                                  f"({type(err).__name__}: {err}); decoding eagerly")
-            self._decode = self._eager
-            audio = self._eager(z)
+        audio = self._decode(z)
         return audio.float()

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lab.quant.compile import compile_note, compiled
+from lab.quant.compile import EagerOnFailure, compile_note
 from lab.stream.codec_stream import CodecError, StreamWindow
 
 SNAC_24KHZ = {
@@ -109,7 +109,8 @@ class SnacCodec:
         self.fallbacks: list[str] = []
         # Dynamic from the start: the batch (streams due) and the window length vary, and
         # each specialisation would otherwise compile again mid-run.
-        self._decode = compiled(self._eager, compile_mode, dynamic=True)
+        self._decode = EagerOnFailure(self._eager, compile_mode, "SNAC", self.fallbacks,
+                                      dynamic=True)
         self.compile_mode = compile_mode
         if note := compile_note(compile_mode, "the SNAC codec"):
             self.fallbacks.append(note)
@@ -139,15 +140,7 @@ class SnacCodec:
             if self.device.type == "cuda":
                 frames = frames.to(torch.long).pin_memory()
         levels = levels_from_frames(frames.to(self.device, torch.long, non_blocking=True))
-        try:
-            audio = self._decode(levels)
-        except Exception as err:  # a compiler failure must not cost the audio: decode eagerly
-            if self._decode == self._eager:
-                raise
-            self.fallbacks.append(f"SNAC torch.compile({self.compile_mode}) failed "
-                                  f"({type(err).__name__}: {err}); decoding eagerly")
-            self._decode = self._eager
-            audio = self._eager(levels)
+        audio = self._decode(levels)
         return audio[:, 0].float()
 
 

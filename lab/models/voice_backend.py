@@ -35,7 +35,7 @@ from lab.models.voice_format import (
     VoiceLayout,
     lm_phonemes,
 )
-from lab.models.voice_weights import load_voice_lm
+from lab.models.voice_weights import load_voice_lm, read_voice_config
 from lab.quant.plan import PrecisionReport, apply_knobs
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "data" / "voice"
@@ -85,16 +85,18 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     """LM (cast and quantized by the shared plan), engine, codec and format for a config."""
     folder = weights_dir(cfg)
     books = load_codebooks(folder / CODEBOOK_FILE)
-    lm, lm_cfg = load_voice_lm(folder / LM_FILE)
-    if cfg.weights == "dummy":
-        lm, lm_cfg = load_lm("dummy", shape=lm_cfg, dtype="fp32", device="cpu", seed=cfg.seed)
+    if cfg.weights == "dummy":  # the trained shape, filled at random: its tensors stay unread
+        shape = read_voice_config(folder / LM_FILE)
+        lm, lm_cfg = load_lm("dummy", shape=shape, dtype="fp32", device="cpu", seed=cfg.seed)
+    else:
+        lm, lm_cfg = load_voice_lm(folder / LM_FILE)
     lm = lm.to(device)
     layout = VoiceLayout(levels=books.shape[0], codebook_size=books.shape[1])
     report = apply_knobs(lm, LM_PLAN, dtype=cfg.dtype, quant=cfg.quant, compile_mode="none",
                          device=device)
     codec_compile = cfg.compile if device.type == "cuda" else "none"
-    codec = LatentCodec(books, voice.model.dec, device=device, dtype=lm.embed.weight.dtype
-                        if cfg.dtype != "fp32" else torch.float32, compile_mode=codec_compile)
+    codec = LatentCodec(books, voice.model.dec, device=device, dtype=lm.embed.weight.dtype,
+                        compile_mode=codec_compile)
     room = min(cfg.sampling.max_tokens + 256 + PROMPT_ROOM, lm_cfg.max_seq_len)
     engine = LLMEngine(lm, engine_config(cfg, max_len=room),
                        logits_processor=PhonemeAlignedConstraint(layout))

@@ -76,3 +76,25 @@ def compile_note(mode: str, where: str) -> str | None:
     if not _lookup(mode).wants_graphs:
         return None
     return f"compile={mode}: {where} compiled without CUDA graphs: shapes vary per text"
+
+
+class EagerOnFailure:
+    """`fn` compiled for `mode`; the first compiled call that fails is noted in `notes` and
+    rerun eagerly, and every later call stays eager, so a compiler failure never costs the
+    output (the codecs decode through this)."""
+
+    def __init__(self, fn: Callable, mode: str, what: str, notes: list[str], *,
+                 dynamic: bool) -> None:
+        self.eager, self.mode, self.what, self.notes = fn, mode, what, notes
+        self.fn = compiled(fn, mode, dynamic=dynamic)
+
+    def __call__(self, *args):
+        try:
+            return self.fn(*args)
+        except Exception as err:
+            if self.fn is self.eager:
+                raise
+            self.notes.append(f"{self.what} torch.compile({self.mode}) failed "
+                              f"({type(err).__name__}: {err}); decoding eagerly")
+            self.fn = self.eager
+            return self.eager(*args)
