@@ -3,9 +3,11 @@ static KV cache replayed as a CUDA graph, then the same step at lower weight pre
 
     python benchmarks/engine_ladder.py                 # orpheus-3b shape, dummy bf16 weights, GPU
     python benchmarks/engine_ladder.py --smoke         # tiny shapes on CPU, seconds
+    python benchmarks/engine_ladder.py --weights lab/data/voice --stem engine_ladder_voice
 
 Prints markdown tables and writes engine_ladder.json + .md (or --stem) to --out. Dummy weights
 make noise, not speech: these runs measure speed (the kernels do not care what the weights are).
+`--weights DIR` times the lab's own trained voice LM instead (its shape and real weights).
 
 Every timed run repeats its generation `--repeats` times after a warm-up: ms/step is the median
 run's median step, with the min-max over runs. Each quantized row is compared with the plain
@@ -39,7 +41,10 @@ from lab.engine import (
     to_hf_model,
 )
 from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
+from lab.models.voice_backend import LM_FILE
+from lab.models.voice_weights import load_voice_lm, read_voice_config
 from lab.quant import apply_precision
+from lab.quant.precision import DTYPES
 
 RUNGS = ("transformers generate", "lab eager, dynamic cache", "lab eager, static cache",
          "lab static cache + CUDA graph", "lab static + torch.compile (regional) + CUDA graph")
@@ -52,6 +57,8 @@ COMPILED_ONLY = ("int8-dynamic",)
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", default="orpheus-3b")
+    p.add_argument("--weights", type=Path,
+                   help="a directory with the lab's voice LM (lm.safetensors) instead of --shape")
     p.add_argument("--dtype", default="bf16", choices=("fp32", "fp16", "bf16"))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 128])
@@ -94,6 +101,22 @@ def parse_args(argv):
         args.compile, args.ladder_compile, args.ladder_compile_batches = [], "eager", [1, 2]
         args.repeats, args.threads = 1, 1
     return args
+
+
+def model_config(args):
+    return LM_SHAPES[args.shape] if args.weights is None else read_voice_config(
+        args.weights / LM_FILE)
+
+
+def load_model(args, device):
+    """The LM a run times: random weights of `--shape`, or the lab's voice from `--weights`."""
+    if args.weights is None:
+        return load_lm("dummy", shape=args.shape, dtype=args.dtype, device=device)
+    lm, cfg = load_voice_lm(args.weights / LM_FILE)
+    lm.to(device=device, dtype=DTYPES[args.dtype])
+    lm.reset_rope()
+    lm.tie_weights()
+    return lm, cfg
 
 
 def _sync(device):
@@ -355,7 +378,7 @@ class _Weights:
     def __init__(self, args, device) -> None:
         self.args, self.device = args, device
         self.quant, self.lm, self.info, self.ref = None, None, {}, None
-        vocab = LM_SHAPES[args.shape].vocab_size
+        vocab = model_config(args).vocab_size
         probe = torch.randint(0, vocab, (1, 64), generator=torch.Generator().manual_seed(0))
         self.probe = probe.to(device)
 
@@ -365,7 +388,7 @@ class _Weights:
             _free()
             torch._dynamo.reset()
             a = self.args
-            self.lm, _ = load_lm("dummy", shape=a.shape, dtype=a.dtype, device=self.device)
+            self.lm, _ = load_model(a, self.device)
             res, layer_err = quantize_measured(self.lm, a.dtype, quant, self.device)
             ref, rel, top1 = quality(self.lm, self.probe, self.ref)
             self.ref = self.ref if self.ref is not None else ref
@@ -380,7 +403,7 @@ def precision(args, device, bandwidth, start, save):
     """Each quant mode on a fresh copy of the weights: bytes, quality against the first mode
     (the plain dtype), and decode speed under a CUDA graph and the requested compile modes."""
     rows, weights = [], _Weights(args, device)
-    vocab = LM_SHAPES[args.shape].vocab_size
+    vocab = model_config(args).vocab_size
     for quant, mode, batch in tqdm(_jobs(args, device), desc="precision", file=sys.stdout):
         if mode != "cuda-graph" and time.perf_counter() - start > args.budget_s:
             skipped = f"skipped: past the {args.budget_s:.0f} s budget"
@@ -497,7 +520,8 @@ def _precision_md(report) -> list[str]:
     return lines
 
 
-WEIGHTS = "dummy (random) weights: speed only, never quality"
+WEIGHTS = {"dummy": "dummy (random) weights: speed only, never quality",
+           "trained": "the lab's trained voice LM (real weights)"}
 
 
 def _header(report) -> list[str]:
@@ -507,7 +531,8 @@ def _header(report) -> list[str]:
     lines = [f"- Device: {report['device']}; torch {report['torch']}, transformers "
              f"{report['transformers']}, torchao {report['torchao']}; threads "
              f"{report.get('threads') or 'not recorded'}",
-             f"- Weights: shape {report['shape']} ({report['dtype']}), {WEIGHTS}",
+             f"- Weights: shape {report['shape']} ({report['dtype']}), "
+             f"{WEIGHTS[report.get('weights', 'dummy')]}",
              f"- Repeats: {repeats} timed generation(s) of {a['steps']} steps per row after a "
              "warm-up; ms/step is the median run's median step"
              + (", with the min-max over runs in brackets" if repeats > 1 else ""),
@@ -663,21 +688,23 @@ def run(args, argv, out: Path, stem: str, threads: int) -> dict:
         from torchao.quantization.utils import recommended_inductor_config_setter
 
         recommended_inductor_config_setter()
-    lm, cfg = load_lm("dummy", shape=args.shape, dtype=args.dtype, device=device)
+    lm, cfg = load_model(args, device)
     bandwidth = copy_bandwidth(device)
     report = {
         "command": _command(argv),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else f"CPU ({platform.processor() or platform.machine()})",
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "torchao": torchao.__version__, "shape": args.shape, "dtype": args.dtype,
+        "torchao": torchao.__version__, "dtype": args.dtype,
+        "shape": args.shape if args.weights is None else "ar-voice",
         "streamed_GB": streamed_bytes(lm) / 1e9,
         "bandwidth_GBps": bandwidth / 1e9 if bandwidth else None,
         "floor_ms": streamed_bytes(lm) / bandwidth * 1e3 if bandwidth else None,
         "args": {k: v for k, v in vars(args).items() if k != "out"},
         "ladder": [], "nocache": None, "profile": {}, "precision": [],
         "inductor": "torchao recommended settings (coordinate-descent tuning) for compiled runs",
-        "threads": threads, "stem": stem, "weights": "dummy",
+        "threads": threads, "stem": stem,
+        "weights": "dummy" if args.weights is None else "trained",
     }
     if any(spec.startswith("int8-dynamic") for spec in args.compile):
         report["int_mm"] = int_mm_probe(device)

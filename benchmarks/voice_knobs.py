@@ -31,7 +31,7 @@ from lab.pipeline import Pipeline
 from lab.training.textgen import make_split
 
 ROWS = {
-    "fp32": {}, "bf16": {"dtype": "bf16"}, "fp16": {"dtype": "fp16"},
+    "fp32": {"dtype": "fp32"}, "bf16": {"dtype": "bf16"}, "fp16": {"dtype": "fp16"},
     "int8-weight": {"quant": "int8-weight"}, "int8-dynamic": {"quant": "int8-dynamic"},
     "int4-weight": {"dtype": "bf16", "quant": "int4-weight"},
     "fp8": {"dtype": "bf16", "quant": "fp8"},
@@ -40,15 +40,16 @@ ROWS = {
     "interval 6": {"decode_interval": 6}, "interval 24": {"decode_interval": 24},
     "cuda graph": {"cuda_graphs": True}, "compile": {"compile": "default"},
 }
-CPU_ROWS = ("fp32", "int8-weight", "int8-dynamic", "int4-weight", "kv dynamic", "kv none",
-            "batch 8", "interval 6", "interval 24")
+CPU_ROWS = ("fp32", "bf16", "int8-weight", "int8-dynamic", "int4-weight", "kv dynamic",
+            "kv none", "batch 8", "interval 6", "interval 24", "compile")
 BASE = {"decode_interval": 12, "overlap": 2, "sampling.temperature": 0.4}
 
 
-def texts(n_generated: int) -> list[str]:
-    """The lab's short, medium and long sets plus generated held-out sentences."""
-    held = [t for name in ("short", "medium", "long") for t in sentence_set(name)]
-    return held + make_split(0, n_generated, 0).held_out[-n_generated:]
+def texts(n_generated: int, sets: list[str], per_set: int | None = None) -> list[str]:
+    """The first `per_set` sentences (all by default) of each of the lab's named sets, plus
+    generated held-out sentences."""
+    held = [t for name in sets for t in sentence_set(name)[:per_set]]
+    return held + make_split(0, n_generated, 0).held_out[-n_generated:] * (n_generated > 0)
 
 
 def run_row(name: str, device: str, model: str,
@@ -113,6 +114,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--rows", default=None, help="comma-separated row names")
     ap.add_argument("--generated", type=int, default=6)
+    ap.add_argument("--sets", default="short,medium,long", help="the lab's sentence sets")
+    ap.add_argument("--per-set", type=int, help="only the first N sentences of each set")
     ap.add_argument("--limit", type=int, help="only the first N sentences (a smoke run)")
     ap.add_argument("--model", default="default", help="the weights directory")
     ap.add_argument("--threads", type=int, default=2)
@@ -125,7 +128,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    sentences = texts(args.generated)[:args.limit]
+    sentences = texts(args.generated, args.sets.split(","), args.per_set)[:args.limit]
     if args.record_phonemes:
         from voice_bench import record_phonemes
 

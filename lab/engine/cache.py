@@ -85,6 +85,31 @@ class StaticKVCache(nn.Module):
         """This layer's K and V buffers [n_slots, n_kv_heads, max_len, head_dim] (views)."""
         return self.k[layer], self.v[layer]
 
+    def prefix(self, length: int) -> CachePrefix:
+        """The first `length` positions of every slot, for a step that reads no further."""
+        if not 1 <= length <= self.max_len:
+            raise ValueError(f"prefix length {length} is outside [1, {self.max_len}]")
+        return CachePrefix(self, length)
+
+
+class CachePrefix:
+    """A static cache seen up to `length` positions: an eager decode step whose requests all
+    sit below `length` attends over their real history instead of every position of the slot,
+    which is most of a small model's step on a CPU. Writes go through to the cache (views)."""
+
+    def __init__(self, cache: StaticKVCache, length: int) -> None:
+        self.cache, self.length = cache, length
+
+    def check_batch(self, batch: int, rows: torch.Tensor | None) -> None:
+        self.cache.check_batch(batch, rows)
+
+    def key_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        return torch.arange(self.length, device=positions.device)
+
+    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = self.length
+        return self.cache.k[layer, :, :, :n], self.cache.v[layer, :, :, :n]
+
 
 def write_static(kc, vc, k, v, positions, slot_index, contiguous: bool):
     """Write a step's K/V [B, kv, T, hd] into slot rows at each row's positions, in place, and

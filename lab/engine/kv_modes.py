@@ -87,7 +87,11 @@ class StaticSlots(_SlotMode):
 
     def decode(self, requests: list[Request], n_rows: int,
                last_token: torch.Tensor) -> torch.Tensor:
-        """Rows without a running request compute a throw-away token at the scratch position."""
+        """A captured or compiled step covers rows [0, n_rows) over every cache position; rows
+        without a running request compute a throw-away token at the scratch position. An eager
+        step needs no fixed shape, so it runs only the requests, over their real history."""
+        if self.decoder.mode == "eager":
+            return self._decode_live(requests, last_token)
         positions = [self.max_len - 1] * n_rows
         for r in requests:
             positions[r.slot] = r.position
@@ -96,8 +100,19 @@ class StaticSlots(_SlotMode):
         slots = to_device([r.slot for r in requests], torch.long, self.device)
         return logits[slots, -1]
 
+    def _decode_live(self, requests: list[Request], last_token: torch.Tensor) -> torch.Tensor:
+        """Slots 0..n-1 (the usual case) are a view of the cache; other sets are gathered."""
+        slots = [r.slot for r in requests]
+        rows = to_device(slots, torch.long, self.device)
+        positions = to_device([[r.position] for r in requests], torch.long, self.device)
+        view = self.cache.prefix(max(r.position for r in requests) + 1)
+        contiguous = slots == list(range(len(slots)))
+        return self.model(last_token[rows, None], positions, view,
+                          rows=None if contiguous else rows, last_only=True)[:, -1]
+
     def work(self, requests: list[Request], n_rows: int) -> tuple[int, int]:
-        return n_rows, n_rows
+        rows = len(requests) if self.decoder.mode == "eager" else n_rows
+        return rows, rows
 
 
 class _EagerSlots(_SlotMode):

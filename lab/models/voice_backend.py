@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from lab.config import PipelineConfig
+from lab.device import native_bf16
 from lab.engine.engine import LLMEngine
 from lab.engine.weights import load_lm
 from lab.frontend import prepare
@@ -51,7 +52,8 @@ VOICE_FAMILY = Family(
     autoregressive=True,
     quantization=(
         "quantization acts on the language model's linear layers (the codec's generator "
-        "stays in the chosen precision); int8-weight and int8-dynamic run on CPU or GPU, "
+        "stays in the chosen precision, or in fp32 when bf16 is asked on a CPU that emulates "
+        "it); int8-weight and int8-dynamic run on CPU or GPU, "
         "int4-weight and fp8 need a CUDA GPU and bf16 (fp8 also compute capability 8.9+) "
         "and otherwise fall back to int8"),
     unsupported={
@@ -80,6 +82,17 @@ def max_tokens_for(layout: VoiceLayout, n_phonemes: int) -> int:
     return n_phonemes + layout.levels * (GROUPS_PER_PHONEME * n_phonemes + 4) + 1
 
 
+def codec_dtype(lm_dtype: torch.dtype, device: torch.device, notes: list[str]) -> torch.dtype:
+    """The generator follows the LM's precision, except in bf16 on a CPU that emulates it:
+    there its convolutions run many times slower than in fp32, while the small LM's
+    matrix-vector products, bound by memory, still gain from weights of half the bytes."""
+    if lm_dtype != torch.bfloat16 or native_bf16(device):
+        return lm_dtype
+    notes.append("the codec's generator stays in fp32: this CPU emulates bf16, which slows its "
+                 "convolutions many times over (the LM still runs bf16)")
+    return torch.float32
+
+
 def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
               ) -> tuple[TokenTTS, PrecisionReport]:
     """LM (cast and quantized by the shared plan), engine, codec and format for a config."""
@@ -95,7 +108,8 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     report = apply_knobs(lm, LM_PLAN, dtype=cfg.dtype, quant=cfg.quant, compile_mode="none",
                          device=device)
     codec_compile = cfg.compile if device.type == "cuda" else "none"
-    codec = LatentCodec(books, voice.model.dec, device=device, dtype=lm.embed.weight.dtype,
+    codec = LatentCodec(books, voice.model.dec, device=device,
+                        dtype=codec_dtype(lm.embed.weight.dtype, device, report.notes),
                         compile_mode=codec_compile)
     room = min(cfg.sampling.max_tokens + 256 + PROMPT_ROOM, lm_cfg.max_seq_len)
     engine = LLMEngine(lm, engine_config(cfg, max_len=room),

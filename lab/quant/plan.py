@@ -95,8 +95,9 @@ def run_dtype(dtype: str, device: torch.device, notes: list[str] | None = None) 
                      "are slow or missing")
         wanted = torch.bfloat16
     if wanted == torch.bfloat16 and not native_bf16(device):
-        notes.append("this CPU has no native bf16 (no AVX512-BF16 or AMX): bf16 is "
-                     "emulated and runs far slower than fp32 here")
+        notes.append("this CPU has no native bf16 (no AVX512-BF16 or AMX): bf16 arithmetic "
+                     "is emulated, so compute-bound work (convolutions above all) runs far "
+                     "slower than fp32 here; only memory-bound matrix-vector products gain")
     return wanted
 
 

@@ -55,6 +55,29 @@ def test_batched_decode_over_slots_equals_per_row_decode(model):
 
 
 @torch.no_grad()
+def test_a_prefix_view_reads_only_live_positions_and_writes_through(model):
+    """Decoding over the first `length` positions gives the logits and K/V of the step over
+    the whole slot, for contiguous rows (a view) and for gathered ones."""
+    cfg = model.cfg
+    gen = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen) for n in (5, 9, 3)]
+    nxt = torch.randint(0, cfg.vocab_size, (3, 1), generator=gen)
+    pos = torch.tensor([[5], [9], [3]])
+    for rows in (None, torch.tensor([2, 0, 1])):
+        caches = [StaticKVCache(cfg.n_layers, 3, 32, cfg.n_kv_heads, cfg.head_dim)
+                  for _ in range(2)]
+        for cache in caches:
+            _prefill(model, cache, prompts)
+        order = slice(None) if rows is None else rows
+        full = model(nxt, pos[order], caches[0], rows=rows)
+        live = model(nxt, pos[order], caches[1].prefix(10), rows=rows)
+        torch.testing.assert_close(live, full, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(caches[1].k, caches[0].k)
+    with pytest.raises(ValueError, match="outside"):
+        caches[0].prefix(33)
+
+
+@torch.no_grad()
 def test_prefill_into_one_slot_leaves_the_others_alone(model):
     cfg = model.cfg
     cache = StaticKVCache(cfg.n_layers, 3, 16, cfg.n_kv_heads, cfg.head_dim)

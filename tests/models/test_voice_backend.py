@@ -5,12 +5,22 @@ a broken weights file is refused by name."""
 import shutil
 
 import pytest
+import torch
 
 from lab.config import load_preset
+from lab.device import native_bf16
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.request import SamplingParams
 from lab.engine.weights import WeightsError
-from lab.models.voice_backend import CODEBOOK_FILE, LM_FILE, WEIGHTS_DIR, max_tokens_for
+from lab.models.piper_voice import load_voice
+from lab.models.voice_backend import (
+    CODEBOOK_FILE,
+    LM_FILE,
+    WEIGHTS_DIR,
+    build_tts,
+    max_tokens_for,
+    teacher_voice,
+)
 from lab.models.voice_format import PhonemeAlignedConstraint, VoiceLayout, prompt
 from lab.models.voice_weights import load_voice_lm
 from lab.pipeline import Pipeline
@@ -70,3 +80,18 @@ def test_a_broken_weights_file_is_refused_by_name(tmp_path):
         Pipeline(load_preset("ar-voice-cpu", model=str(tmp_path)))
     with pytest.raises(Exception, match="not found"):
         Pipeline(load_preset("ar-voice-cpu", model=str(tmp_path / "absent")))
+
+
+def test_in_bf16_the_codec_stays_fp32_where_the_cpu_emulates_bf16():
+    """The LM's matrix-vector products gain from bf16 even when it is emulated; the codec's
+    convolutions do not, so they keep fp32 there and the run says so."""
+    cfg = load_preset("ar-voice-cpu", dtype="bf16")
+    device = torch.device("cpu")
+    tts, report = build_tts(cfg, device, load_voice(teacher_voice(cfg)))
+    assert tts.engine.runner.model.embed.weight.dtype == torch.bfloat16
+    generator_dtype = next(tts.codec.generator.parameters()).dtype
+    if native_bf16(device):
+        assert generator_dtype == torch.bfloat16
+    else:
+        assert generator_dtype == torch.float32
+        assert any("codec's generator stays in fp32" in note for note in report.notes)
