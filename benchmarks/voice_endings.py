@@ -58,8 +58,10 @@ def main() -> None:
     (args.out / "voice_endings.md").write_text(
         "# The lab's voice: does every utterance end on its own?\n\n"
         f"{len(rows)} generated held-out sentences (never trained on), `ar-voice` real "
-        f"weights at batch {args.batch_size}, temperature 0.4, against the teacher's duration "
-        "for the same text. Command: `python benchmarks/voice_endings.py`.\n\n"
+        f"weights (the `ar-voice-cpu` preset: dtype {voice.resolved.dtype}) at batch "
+        f"{args.batch_size}, temperature 0.4, against the teacher's duration for the same "
+        f"text. Command: `python benchmarks/voice_endings.py --sentences {args.sentences} "
+        f"--batch-size {args.batch_size}`.\n\n"
         + markdown_table([summary]))
     print(json.dumps(summary, indent=1))
 
