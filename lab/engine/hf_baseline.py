@@ -87,11 +87,20 @@ class _StepTimer:
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
+HF_CACHES = ("dynamic", "static")
+"""transformers' default growing cache, and its preallocated one; with `static`, `generate`
+compiles the model's forward itself (its automatic compile), the strongest way to run it."""
+
+
 @torch.inference_mode()
-def hf_generate(hf_model, prompt_ids: torch.Tensor, max_new_tokens: int) -> GenerationResult:
-    """Greedy `generate` with HF's default (dynamic) cache, timed per step."""
+def hf_generate(hf_model, prompt_ids: torch.Tensor, max_new_tokens: int,
+                cache: str = "dynamic") -> GenerationResult:
+    """Greedy `generate` with one of HF's caches (`HF_CACHES`), timed per step."""
     from transformers import StoppingCriteriaList
 
+    if cache not in HF_CACHES:
+        raise ValueError(f"cache={cache!r}; choose one of {list(HF_CACHES)}")
+    extra = {"cache_implementation": "static"} if cache == "static" else {}
     clock = StepClock(prompt_ids.device)
     clock.tick()
     out = hf_model.generate(
@@ -102,6 +111,8 @@ def hf_generate(hf_model, prompt_ids: torch.Tensor, max_new_tokens: int) -> Gene
         do_sample=False,
         use_cache=True,
         stopping_criteria=StoppingCriteriaList([_StepTimer(clock)]),
+        **extra,
     )
     times = clock.intervals_ms()
-    return GenerationResult(out, prompt_ids.shape[1], times[0], times[1:], label="transformers")
+    return GenerationResult(out, prompt_ids.shape[1], times[0], times[1:],
+                            label=f"transformers ({cache} cache)")

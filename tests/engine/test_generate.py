@@ -15,16 +15,17 @@ from lab.engine import generate, hf_generate, load_lm, to_hf_model
 LADDER = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_ladder.py"
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("shape", ["tiny-llama", "tiny-qwen2"])
-def test_transformers_generate_on_our_weights_matches_ours(shape):
+def test_transformers_generate_on_our_weights_matches_ours(shape, cache):
     lm, cfg = load_lm("dummy", shape=shape, seed=9)
     hf = to_hf_model(lm)
     assert hf.model.embed_tokens.weight.data_ptr() == lm.embed.weight.data_ptr()  # shared
     prompt = torch.randint(0, cfg.vocab_size, (2, 7), generator=torch.Generator().manual_seed(1))
-    theirs = hf_generate(hf, prompt, 10)
+    theirs = hf_generate(hf, prompt, 10, cache)
     ours = generate(lm, prompt, 10, "static")
     assert torch.equal(theirs.tokens, ours.tokens)
-    assert theirs.label == "transformers" and len(theirs.step_ms) == 9
+    assert theirs.label == f"transformers ({cache} cache)" and len(theirs.step_ms) == 9
     assert all(t > 0 for t in theirs.step_ms) and theirs.prefill_ms > 0
 
 
@@ -80,3 +81,9 @@ def test_ladder_smoke_run_writes_its_tables(tmp_path):
     markdown = (tmp_path / "engine_ladder_smoke.md").read_text()
     assert markdown.startswith("Command: `python benchmarks/engine_ladder.py --smoke")
     assert "## Decode ladder" in markdown and "Fitted exponent" in markdown
+
+
+def test_an_unknown_transformers_cache_is_refused():
+    lm, _ = load_lm("dummy", shape="tiny-llama")
+    with pytest.raises(ValueError, match="dynamic"):
+        hf_generate(to_hf_model(lm), torch.zeros(1, 3, dtype=torch.long), 2, "paged")
