@@ -12,14 +12,12 @@ the per-step curve climbs over the utterance, with one it stays flat.
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
-from pathlib import Path
 
 from PIL import Image
 from playwright.sync_api import Page
-from screenshots import ROOT, app_page, settle, wait_text
+from screenshots import ROOT, app_page, screenshot_args, settle, wait_text
 
 PRESET = "orpheus-tiny-cpu"
 SENTENCE = "Hello world."
@@ -73,11 +71,7 @@ def stack(images: list[Image.Image]) -> Image.Image:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "kv_cache_modes.png")
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
-    args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args = screenshot_args(__doc__.splitlines()[0], ROOT / "docs" / "img" / "kv_cache_modes.png")
     # One torch thread: on a small shared CPU a second thread mostly waits for the first, and
     # those waits, not the cache, would shape the per-step curve.
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -12,22 +12,15 @@ quality check on the take.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 from screenshot_kv_cache import pick
-from screenshots import ROOT, app_page, settle, wait_text
+from screenshots import ROOT, app_page, screenshot_args, settle, wait_text
 
 PRESET = "ar-voice-cpu"
 SENTENCE = "Seven quiet lanterns drifted over the harbour."
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots" / "ar_voice.png")
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
-    args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args = screenshot_args(__doc__.splitlines()[0], ROOT / "docs" / "screenshots" / "ar_voice.png")
     with app_page("runs/lab-data-voice-screenshot", args.chromium) as page:
         pick(page, "synth-preset", PRESET)
         wait_text(page, "#synth-preset-status", "Loaded preset")

@@ -56,6 +56,16 @@ def start_app(data_dir: str, port: int) -> subprocess.Popen:
     raise SystemExit("the app did not answer in 600 s")
 
 
+def screenshot_args(description: str, default_out: Path) -> argparse.Namespace:
+    """`--out` and `--chromium`, as each one-picture script takes them; the folder is made."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    args = parser.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    return args
+
+
 def wait_text(page: Page, selector: str, needle: str) -> None:
     page.wait_for_function(
         f"() => {{ const e = document.querySelector({selector!r});"
