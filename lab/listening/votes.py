@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.quality.stats import sign_test, votes_to_settle, wilson_interval
+
 CHOICES = ("x", "y", "same")
 DB_NAME = "votes.sqlite"
 
@@ -101,6 +103,26 @@ class WinRate:
     def tie_rate(self) -> float:
         return self.ties / self.total
 
+    @property
+    def preference(self) -> float:
+        """The candidate's share, a tie counting half for each side: 0.5 is no preference."""
+        return (self.candidate_wins + self.ties / 2) / self.total
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95% Wilson interval of `preference`."""
+        return wilson_interval(self.candidate_wins + self.ties / 2, self.total)
+
+    @property
+    def p_value(self) -> float:
+        """Two-sided sign test of the decisive votes against 50/50."""
+        return sign_test(self.candidate_wins, self.baseline_wins)
+
+    @property
+    def to_settle(self) -> int | None:
+        """More votes, split as so far, that the sign test needs to reach p < 0.05."""
+        return votes_to_settle(self.candidate_wins, self.baseline_wins, self.ties)
+
     def to_row(self) -> dict:
         return {
             "baseline": self.baseline,
@@ -112,6 +134,11 @@ class WinRate:
             "baseline_win_rate": round(self.baseline_rate, 3),
             "candidate_win_rate": round(self.candidate_rate, 3),
             "tie_rate": round(self.tie_rate, 3),
+            "candidate_preference": round(self.preference, 3),
+            "preference_low": round(self.interval[0], 3),
+            "preference_high": round(self.interval[1], 3),
+            "p_value": round(self.p_value, 4),
+            "votes_to_settle": self.to_settle,
         }
 
 

@@ -44,6 +44,11 @@ WIN_COLUMNS = {
     "ties": Column("Same"),
     "candidate_wins": Column("Candidate wins"),
     "candidate_win_rate": Column("Candidate win rate", PERCENT),
+    "candidate_preference": Column("Candidate preference (ties half)", PERCENT),
+    "preference_low": Column("95% CI low", PERCENT),
+    "preference_high": Column("95% CI high", PERCENT),
+    "p_value": Column("p (sign test vs 50%)"),
+    "votes_to_settle": Column("More votes to settle"),
 }
 MOS_KEYS = ("ovrl", "sig", "bak", "p808")
 DEFAULT_SEED = PipelineConfig().seed
@@ -171,7 +176,21 @@ def tally_text(ctx: LabContext, state: Rendered | None) -> str:
         return "**This pair:** no votes found in the store."
     wins = {rate.baseline: rate.baseline_wins, rate.candidate: rate.candidate_wins}
     return (f"**This pair:** {_count(rate)}  \nbaseline **{wins.get(trial.a.label, 0)}** · "
-            f"same **{rate.ties}** · candidate **{wins.get(trial.b.label, 0)}**")
+            f"same **{rate.ties}** · candidate **{wins.get(trial.b.label, 0)}**  \n"
+            + confidence_text(rate))
+
+
+def confidence_text(rate: WinRate) -> str:
+    """What the split so far can and cannot say, in one line."""
+    low, high = rate.interval
+    said = (f"{rate.candidate} preferred {rate.preference:.0%} (95% CI {low:.0%}-{high:.0%}), "
+            f"p = {rate.p_value:.2g}")
+    more = rate.to_settle
+    if more == 0:
+        return f"{said}: a real preference."
+    if more is None:
+        return f"{said}: no preference either way so far."
+    return f"{said}: not settled; about {more} more votes at this split would settle it."
 
 
 def export_votes(ctx: LabContext) -> str:

@@ -12,6 +12,8 @@ import pytest
 
 from lab.config import PipelineConfig
 from lab.listening import Contender, Vote, VoteError, VoteStore, new_trial, unheard
+from lab.listening.votes import WinRate
+from lab.ui.ab_tab import confidence_text
 
 VOTES_SCHEMA_WITHOUT_BASELINE = """
 CREATE TABLE votes (
@@ -171,3 +173,17 @@ def test_a_vote_before_both_clips_are_heard_is_refused():
         with pytest.raises(VoteError, match=f"listen to both X and Y.*not played yet: {missing}$"):
             trial.vote("same", heard=heard)
     assert trial.vote("same", heard={"x", "y"}).choice == "same"
+
+
+def test_a_win_rate_carries_its_interval_its_p_value_and_the_votes_that_would_settle_it():
+    clear = WinRate("fp32", "int8", baseline_wins=4, candidate_wins=16, ties=0)
+    row = clear.to_row()
+    assert row["p_value"] < 0.05 and row["votes_to_settle"] == 0
+    assert row["preference_low"] < 0.8 < row["preference_high"]
+    assert "a real preference" in confidence_text(clear)
+    early = WinRate("fp32", "int8", baseline_wins=2, candidate_wins=8, ties=2)
+    assert early.preference == pytest.approx((8 + 1) / 12)
+    assert early.to_row()["votes_to_settle"] > 0
+    assert "more votes at this split would settle it" in confidence_text(early)
+    even = WinRate("fp32", "int8", baseline_wins=3, candidate_wins=3, ties=1)
+    assert even.to_settle is None and "no preference" in confidence_text(even)
