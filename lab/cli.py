@@ -1,4 +1,5 @@
-"""Command line: `lab synth`, `lab eval`, `lab bench`, `lab app`, `lab presets`.
+"""Command line: `lab synth`, `lab eval`, `lab bench`, `lab app`, `lab serve`, `lab loadtest`,
+`lab presets`.
 
 Exit codes: 0 success, 1 a quality verdict of FAIL (`lab eval --ref`), 2 bad input or a run
 refused by its estimate (a clear one-line message on stderr, nothing written).
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from lab.bench import loadtest
 from lab.config import ConfigError, PipelineConfig, list_presets, load_preset
 from lab.data_dir import data_dir as data_dir_of
 
@@ -259,6 +261,42 @@ def cmd_app(args: argparse.Namespace) -> None:
     launch(host=args.host, port=args.port, data_dir=args.data_dir, warm=not args.no_warm)
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    """Load the preset, then serve it until Ctrl-C or SIGTERM, which drain requests in flight.
+
+    Options and the listening port are checked before the model loads, so a typo or a port in
+    use costs nothing.
+    """
+    from lab.pipeline import Pipeline, describe_startup
+    from lab.serve import LabServer, ServeOptions
+    from lab.serve.server import listen
+
+    cfg = _config(args)
+    options = ServeOptions(slots=args.slots, queue=args.queue, deadline_s=args.deadline,
+                           model_name=Path(str(args.preset)).stem)
+    listener = listen(args.host, args.port)
+    if args.host not in LOOPBACK:
+        print(f"warning: listening on {args.host}: the server has no authentication; anyone "
+              "who reaches the port can use it", file=sys.stderr)
+    pipe = Pipeline(cfg, on_stage=print)
+    print(describe_startup(pipe.startup))
+    for note in pipe.fallbacks:
+        print(f"fallback: {note}")
+    server = LabServer(pipe, options, listener=listener)
+    admission = server.app.state.served.admission
+    print(f"serving {server.url}/v1/audio/speech ({admission.slots} slots, queue "
+          f"{admission.queue}, deadline {options.deadline_s:g} s); Ctrl-C drains and stops",
+          flush=True)
+    try:
+        server.run()
+    finally:
+        pipe.close()
+    print("stopped: the requests in flight have finished")
+
+
 def cmd_presets(_: argparse.Namespace) -> None:
     for name in list_presets():
         print(name)
@@ -323,6 +361,26 @@ def _parser() -> argparse.ArgumentParser:
     app.add_argument("--no-warm", action="store_true",
                      help="skip loading the default pipeline before the server starts")
     app.set_defaults(func=cmd_app)
+
+    serve = sub.add_parser("serve", help="serve OpenAI's /v1/audio/speech, streaming, for a "
+                                         "preset (see docs/serving.md)")
+    with_config(serve)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument("--slots", type=int, default=None,
+                       help="streams served at once (default: an autoregressive family's "
+                            "batch_size, else 4)")
+    serve.add_argument("--queue", type=int, default=16,
+                       help="requests that may wait for a slot; beyond them 429")
+    serve.add_argument("--deadline", type=float, default=300.0,
+                       help="seconds a request may take from arrival to its last byte")
+    serve.set_defaults(func=cmd_serve)
+
+    load = sub.add_parser("loadtest", help="load a speech server on this machine (loopback "
+                                           "only): TTFA, latency, stalls; JSON + HTML report")
+    loadtest.add_arguments(load)
+    load.set_defaults(func=loadtest.run)
 
     presets = sub.add_parser("presets", help="list shipped presets")
     presets.set_defaults(func=cmd_presets)

@@ -1,0 +1,249 @@
+"""A preset served over HTTP under load, beside the status quo: one request at a time.
+
+    python benchmarks/serve_load.py --preset cpu-default --threads 2 --out benchmarks/results
+
+In one run, on the same sentences (drawn with a seed from the lab's sentence sets):
+
+1. Status quo: the preset's pipeline in this process streams the sentences one at a time,
+   with no server, so its rows are what the lab offered before it could serve.
+2. `lab serve --preset P --port 0` starts in a child process on 127.0.0.1 with its threads
+   pinned, and loads and warms its own pipeline.
+3. `lab loadtest`'s client (`lab.bench.loadtest`) runs the closed-loop sweep (N streams in
+   flight), then the open-loop Poisson sweep (arrivals at a rate, never waiting).
+4. The server is stopped with SIGTERM, which drains the requests in flight.
+
+Every row is measured the same way: time to first audio from when the request was due,
+latency, and whether a player fed by the stream would have run dry (`lab.bench.playback`).
+The status quo runs before the server starts, so the two never share the cores. Writes
+<stem>.json (every request) and <stem>.md. Hand-written remarks go in the JSON's `notes` and
+`anomalies` lists, so a rewritten report keeps them; `--render` rewrites the markdown from
+the JSON alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import httpx
+import yaml
+
+from lab.bench.load_report import RequestRecord, summarize, table_rows
+from lab.bench.loadtest import LoadPlan, SpeechTarget, draw_texts, run_load
+from lab.bench.playback import Timeline
+from lab.bench.report import markdown_table, run_meta
+from lab.config import PipelineConfig, load_preset
+from lab.metrics.repeats import pinned_threads
+from lab.pipeline import Pipeline
+
+SERVING = re.compile(r"serving (http://\S+?)/v1/audio/speech")
+START_TIMEOUT_S = 600.0
+LAG_NOTE_MS = 50.0
+NOTES = [
+    "ttfa and latency run from when a request was due (its arrival time in the open loop, the "
+    "end of the previous request in the closed loop), so queueing in the server and any lag "
+    "of the load generator count. realtime_fraction is the share of all requests whose "
+    "stream never ran dry (a failed request did not stay real time); percentiles are over "
+    "requests that got their audio, so a point of a few dozen requests gives a coarse p99.",
+    "The load generator and the server share this machine's cores; on a CPU the client's "
+    "share is small (it only counts bytes), but it is not zero.",
+]
+
+
+def status_quo(cfg: PipelineConfig, plan: LoadPlan) -> tuple[list[RequestRecord], float]:
+    """The sentences streamed one at a time through an in-process pipeline, timed as the
+    load generator times a request, so its rows compare with the served ones; and the wall
+    time they took."""
+    pipe = Pipeline(cfg)
+    records = []
+    start = time.perf_counter()
+    try:
+        for text in draw_texts(plan.texts, plan.requests, plan.seed):
+            if time.perf_counter() >= start + plan.duration_s:
+                break
+            records.append(_one_in_process(pipe, text))
+    finally:
+        pipe.close()
+    return records, time.perf_counter() - start
+
+
+def _one_in_process(pipe: Pipeline, text: str) -> RequestRecord:
+    timeline, due, error = Timeline(), time.perf_counter(), None
+    try:
+        for chunk in pipe.stream(text):
+            timeline.add(time.perf_counter(), len(chunk.audio) / chunk.sample_rate,
+                         2 * len(chunk.audio))
+    except Exception as err:  # a failed request is a row's error count, as over HTTP
+        error = type(err).__name__
+    return RequestRecord(
+        shape="in-process", load=1, chars=len(text), due_s=0.0, lag_s=0.0,
+        ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
+        audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
+        margin_s=timeline.margin_s(), error=error)
+
+
+class ServerProcess:
+    """`lab serve` in a child process; its output goes to a log file, read for its URL."""
+
+    def __init__(self, preset: str, overrides: list[str], threads: int, slots: int | None,
+                 queue: int) -> None:
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="serve_load_", suffix=".log",
+                                               delete=False)
+        command = [sys.executable, "-m", "lab.cli", "serve", "--preset", preset,
+                   "--host", "127.0.0.1", "--port", "0", "--queue", str(queue)]
+        command += [arg for pair in overrides for arg in ("--set", pair)]
+        command += ["--slots", str(slots)] if slots else []
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=env, text=True)
+        self.url = self._wait_for_url()
+
+    def _wait_for_url(self) -> str:
+        waited = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < waited and self.proc.poll() is None:
+            found = SERVING.search(Path(self.log.name).read_text())
+            if found:
+                return found.group(1)
+            time.sleep(0.2)
+        tail = Path(self.log.name).read_text()[-2000:]
+        self.stop()
+        raise RuntimeError(f"lab serve did not start; its log ended:\n{tail}")
+
+    def ready(self) -> dict:
+        return httpx.get(f"{self.url}/ready", trust_env=False, timeout=10).json()
+
+    def stop(self) -> None:
+        """SIGTERM (the server drains its requests), a kill after a minute; drop the log."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+def anomalies_of(rows: list[dict]) -> list[str]:
+    """What the numbers themselves say is off: a load generator that fell behind."""
+    late = [r for r in rows if (r.get("lag_p99_ms") or 0) > LAG_NOTE_MS]
+    return [f"The load generator sent requests late at {r['shape']} {r['load']:g} (lag p99 "
+            f"{r['lag_p99_ms']:.0f} ms); that lag is inside those rows' ttfa."
+            for r in late]
+
+
+def header(result: dict) -> list[str]:
+    """Command, device, weights, threads, baseline and anomalies, before any number."""
+    meta, server = result["meta"], result.get("server", {})
+    plan = meta.get("plan", {})
+    lines = [f"Command: `{meta['command']}`", "",
+             f"- Device: {meta.get('device', '?')}; torch {meta.get('torch', '?')}, "
+             f"Python {meta.get('python', '?')}; {meta.get('date', '')}",
+             f"- Preset: `{meta.get('preset')}`"
+             + (f" with `{meta['overrides']}`" if meta.get("overrides") else "")
+             + f"; weights: {meta.get('weights')}",
+             f"- Threads: {meta.get('threads')} intra-op threads in the server process and "
+             "in the in-process pipeline",
+             f"- Server: {server.get('slots')} slots, queue {server.get('queue')}, model "
+             f"`{meta.get('model')}`, format {meta.get('format')}",
+             f"- Load: at most {plan.get('requests')} requests and {plan.get('duration_s')} s "
+             f"per point, request timeout {meta.get('timeout_s')} s, {plan.get('warmup')} "
+             f"warm-up request(s); sentences from {', '.join(plan.get('texts', []))}, "
+             f"seed {plan.get('seed')}",
+             f"- Baseline: {result.get('baseline')}"]
+    anomalies = result.get("anomalies") or []
+    lines.append("- Anomalies:" + (" none seen" if not anomalies else ""))
+    lines += [f"  - {a}" for a in anomalies]
+    return lines
+
+
+def write(result: dict, out: Path, stem: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    parts = [f"# Serving under load ({result['meta'].get('device', '')})", *header(result), "",
+             markdown_table(result["table"]), "\n\n".join(result.get("notes", []))]
+    (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
+
+
+def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
+    """Status quo, then the served sweeps, on the same sentences; the report's content."""
+    cfg = load_preset(args.preset, **{key: yaml.safe_load(value) for key, value in
+                                      (pair.split("=", 1) for pair in args.set)})
+    with pinned_threads(args.threads) as threads:
+        local, local_wall_s = status_quo(cfg, plan)
+    server = ServerProcess(args.preset, args.set, threads, args.slots, args.queue)
+    try:
+        ready = server.ready()
+        target = SpeechTarget(f"{server.url}/v1/audio/speech", "", "default", args.format,
+                              ready.get("sample_rate", 22050), args.timeout)
+        loaded = asyncio.run(run_load(target, plan))
+    finally:
+        server.stop()
+    rows = [summarize(local, "in-process", 1, local_wall_s), *loaded.rows]
+    row_dicts = [asdict(r) for r in rows]
+    meta = run_meta(command=f"python {shlex.join(sys.argv)}", preset=args.preset,
+                    overrides=" ".join(args.set), threads=threads,
+                    weights=f"{cfg.weights} ({cfg.family}:{cfg.model})",
+                    **asdict(loaded.target), plan=asdict(plan))
+    return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
+                                                                "fallbacks")},
+            "baseline": "the in-process row: the preset's pipeline in this process, one "
+                        "request at a time, no server, the same sentences",
+            "anomalies": anomalies_of(row_dicts), "notes": NOTES, "rows": row_dicts,
+            "table": table_rows(rows),
+            "requests": [asdict(r) for r in [*local, *loaded.records]]}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="cpu-default")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--concurrency", default="1,2,4,8,16")
+    parser.add_argument("--rates", default="0.25,0.5,1,2",
+                        help="Poisson arrivals per second (the default voice on 2 CPU cores "
+                             "serves about one short sentence a second)")
+    parser.add_argument("--requests", type=int, default=32, help="most requests per point")
+    parser.add_argument("--duration", type=float, default=60.0, help="most seconds per point")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--texts", default="short,medium")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--format", default="pcm", choices=("pcm", "wav", "sse"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--slots", type=int, default=None, help="the server's (default: its own)")
+    parser.add_argument("--queue", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--stem", default="serve_load_cpu")
+    parser.add_argument("--render", action="store_true",
+                        help="rewrite <stem>.md from <stem>.json; measure nothing")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.render:
+        write(json.loads((args.out / f"{args.stem}.json").read_text()), args.out, args.stem)
+        return
+    plan = LoadPlan(tuple(int(c) for c in args.concurrency.split(",") if c),
+                    tuple(float(r) for r in args.rates.split(",") if r), args.requests,
+                    args.duration, tuple(args.texts.split(",")), args.seed, args.warmup)
+    result = measure(args, plan)
+    write(result, args.out, args.stem)
+    print(markdown_table(result["table"]))
+    print(f"wrote {args.out / args.stem}.json and .md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""What a load test found: one summary row per load point, as JSON and a plotly HTML page.
+
+A row holds time to first audio and latency at p50/p95/p99 over the requests that got audio,
+the share of all requests whose stream stayed real time (a failed request did not), errors
+by kind and throughput. Percentiles of a few dozen requests are coarse (p99 of 50 is
+interpolated between the two slowest), so every row says how many requests it stands on.
+The JSON keeps every request, so anything else can be computed later without a rerun.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SHAPE_AXES = {"closed": "concurrency", "open": "arrivals per second"}
+"""The x axis each load shape is swept along."""
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request. Times are seconds from when it was due (its scheduled arrival)."""
+
+    shape: str
+    load: float
+    chars: int
+    due_s: float
+    lag_s: float
+    ttfa_s: float | None
+    latency_s: float
+    audio_s: float
+    bytes: int
+    reads: int
+    margin_s: float | None
+    error: str | None
+
+    @property
+    def realtime(self) -> bool:
+        """Audio arrived and playback never ran dry."""
+        return self.error is None and self.margin_s is not None and self.margin_s >= 0
+
+
+@dataclass(frozen=True)
+class PointSummary:
+    shape: str
+    load: float
+    requests: int
+    ok: int
+    ttfa_p50_ms: float | None
+    ttfa_p95_ms: float | None
+    ttfa_p99_ms: float | None
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    latency_p99_ms: float | None
+    realtime_fraction: float
+    min_margin_s: float | None
+    requests_per_s: float
+    audio_s_per_s: float
+    lag_p99_ms: float | None
+    wall_s: float
+    errors: dict[str, int]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile, interpolated linearly between ranks; None for no values."""
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def _ms(values: Sequence[float], q: float) -> float | None:
+    value = percentile(values, q)
+    return None if value is None else round(value * 1000, 1)
+
+
+def summarize(records: Sequence[RequestRecord], shape: str, load: float,
+              wall_s: float) -> PointSummary:
+    """One load point; `wall_s` runs from the point's start to its last answer, so the
+    throughput of an open-loop point is bounded by its arrival rate."""
+    ok = [r for r in records if r.error is None]
+    ttfa = [r.ttfa_s for r in ok if r.ttfa_s is not None]
+    latency = [r.latency_s for r in ok]
+    margins = [r.margin_s for r in ok if r.margin_s is not None]
+    per_s = 1 / wall_s if wall_s > 0 else 0.0
+    return PointSummary(
+        shape=shape, load=load, requests=len(records), ok=len(ok),
+        ttfa_p50_ms=_ms(ttfa, 50), ttfa_p95_ms=_ms(ttfa, 95), ttfa_p99_ms=_ms(ttfa, 99),
+        latency_p50_ms=_ms(latency, 50), latency_p95_ms=_ms(latency, 95),
+        latency_p99_ms=_ms(latency, 99),
+        realtime_fraction=round(sum(r.realtime for r in records) / len(records), 3)
+        if records else 0.0,
+        min_margin_s=round(min(margins), 3) if margins else None,
+        requests_per_s=round(len(ok) * per_s, 3),
+        audio_s_per_s=round(sum(r.audio_s for r in ok) * per_s, 3),
+        lag_p99_ms=_ms([r.lag_s for r in records], 99), wall_s=round(wall_s, 2),
+        errors=dict(Counter(r.error for r in records if r.error is not None)))
+
+
+TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_p99_ms",
+                 "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "realtime_fraction",
+                 "requests_per_s", "audio_s_per_s", "errors")
+
+
+def table_rows(rows: Sequence[PointSummary]) -> list[dict]:
+    """Rows for `markdown_table`: errors as one readable cell."""
+    out = []
+    for row in rows:
+        data = dataclasses.asdict(row)
+        data["errors"] = ", ".join(f"{k} {v}" for k, v in sorted(row.errors.items())) or "0"
+        out.append({key: data[key] for key in TABLE_COLUMNS})
+    return out
+
+
+def write_json(path: Path, meta: dict, rows: Sequence[PointSummary],
+               records: Sequence[RequestRecord]) -> None:
+    path.write_text(json.dumps({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
+                                "requests": [dataclasses.asdict(r) for r in records]},
+                               indent=2) + "\n")
+
+
+def write_html(path: Path, rows: Sequence[PointSummary], title: str) -> None:
+    """A self-contained page: plotly.js is inlined, so it opens offline and travels alone."""
+    figure(rows, title).write_html(path, include_plotlyjs=True, full_html=True)
+
+
+def figure(rows: Sequence[PointSummary], title: str):
+    """Per load shape, against the load: TTFA p50/p95, the share of streams at real time,
+    and the errors stacked by kind (a zero bar when there were none, so a blank panel never
+    has to be read as 'no data')."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    shapes = list(dict.fromkeys(r.shape for r in rows))
+    titles = [f"{name} ({SHAPE_AXES.get(shape, shape)})" for shape in shapes
+              for name in ("TTFA ms", "streams at real time", "errors")]
+    fig = make_subplots(rows=max(1, len(shapes)), cols=3, subplot_titles=titles)
+    for i, shape in enumerate(shapes, start=1):
+        points = [r for r in rows if r.shape == shape]
+        x = [r.load for r in points]
+        for q in ("p50", "p95"):
+            fig.add_trace(go.Scatter(x=x, y=[getattr(r, f"ttfa_{q}_ms") for r in points],
+                                     mode="lines+markers", name=f"{shape} TTFA {q}"), i, 1)
+        fig.add_trace(go.Scatter(x=x, y=[r.realtime_fraction for r in points],
+                                 mode="lines+markers", name=f"{shape} real time"), i, 2)
+        fig.update_yaxes(range=[0, 1.05], row=i, col=2)
+        for kind in sorted({k for r in points for k in r.errors}) or ["none"]:
+            fig.add_trace(go.Bar(x=x, y=[r.errors.get(kind, 0) for r in points],
+                                 name=f"{shape} errors: {kind}"), i, 3)
+    fig.update_layout(title=title, barmode="stack", height=360 * max(1, len(shapes)))
+    return fig

@@ -1,0 +1,101 @@
+"""Run the API under uvicorn, and stop it gracefully: requests in flight finish first.
+
+The listening socket is bound before uvicorn starts, so port 0 gives a free port whose URL is
+known at once (tests, the soak, the app's Serve tab). On SIGINT or SIGTERM (or `stop()`), the
+server marks itself draining (`/ready` turns 503, new requests on open connections get 503),
+stops accepting connections, and waits for the streams in flight to end, for at most the
+request deadline, since none may run longer. A second Ctrl-C forces the exit.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+
+import uvicorn
+
+from lab.pipeline import Pipeline
+from lab.serve.app import create_app
+from lab.serve.options import ServeOptions
+
+START_TIMEOUT_S = 30.0
+GRACE_S = 5.0  # beyond the deadline, for the last chunks to leave
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling admission to refuse new requests once shutdown begins."""
+
+    def __init__(self, config: uvicorn.Config, on_exit) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig, frame) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
+
+
+def listen(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """The listening socket, bound now: a port in use is refused before any model loads."""
+    try:
+        return socket.create_server((host, port))
+    except OSError as err:
+        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
+
+
+class LabServer:
+    """One pipeline behind uvicorn on `listener` (by default a free loopback port)."""
+
+    def __init__(self, pipeline: Pipeline, options: ServeOptions | None = None,
+                 listener: socket.socket | None = None, log_level: str = "info") -> None:
+        options = options or ServeOptions()
+        self.app = create_app(pipeline, options)
+        self.socket = listener or listen()
+        self.host, self.port = self.socket.getsockname()[:2]
+        config = uvicorn.Config(self.app, log_level=log_level,
+                                timeout_graceful_shutdown=options.deadline_s + GRACE_S)
+        self.server = _Server(config, self._drain)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _drain(self) -> None:
+        self.app.state.served.admission.draining = True
+
+    def run(self) -> None:
+        """Serve on this (the main) thread until SIGINT or SIGTERM, then drain and return.
+
+        uvicorn re-raises the signal that stopped it once it has drained, so that the handler
+        before it acts; the drain is all the shutdown there is, so that handler does nothing.
+        """
+        quiet = {sig: signal.signal(sig, lambda *_: None)
+                 for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.server.run(sockets=[self.socket])
+        finally:
+            for sig, handler in quiet.items():
+                signal.signal(sig, handler)
+            self.socket.close()
+
+    def start(self) -> LabServer:
+        """Serve on a background thread; return once it accepts connections."""
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]},
+                                        name="lab-serve", daemon=True)
+        self._thread.start()
+        waited = time.monotonic() + START_TIMEOUT_S
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > waited:
+                raise RuntimeError(f"the server on {self.url} did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Drain (requests in flight finish) and wait for the background thread to end."""
+        self._drain()
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.socket.close()

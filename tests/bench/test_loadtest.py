@@ -1,0 +1,426 @@
+"""The load generator: arrival processes, the stall margin, the loopback guard, the summary,
+and whole runs against real HTTP servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import socket
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from lab.bench.arrivals import closed_loop, open_loop, poisson_arrivals
+from lab.bench.load_report import RequestRecord, figure, percentile, summarize
+from lab.bench.loadtest import main, speech_url
+from lab.bench.loopback import NotLoopback, is_loopback_host, loopback_url
+from lab.bench.playback import Timeline
+from lab.bench.speech_stream import PcmCounter, SseCounter, WavCounter, audio_counter
+
+# --- arrivals ---------------------------------------------------------------------------
+
+
+def test_poisson_gaps_are_exponential_with_the_asked_mean():
+    offsets = poisson_arrivals(rate=4.0, count=20_000, horizon_s=float("inf"), seed=7)
+    gaps = np.diff([0.0, *offsets])
+    assert len(offsets) == 20_000
+    # standard error of the mean is 0.25 / sqrt(20000) = 0.0018: 3% is over 4 of them
+    assert statistics.fmean(gaps) == pytest.approx(0.25, rel=0.03)
+    # exponential: the spread equals the mean, and about 1/e of gaps exceed the mean
+    assert statistics.pstdev(gaps) == pytest.approx(0.25, rel=0.05)
+    assert np.mean(gaps > 0.25) == pytest.approx(np.exp(-1), abs=0.02)
+
+
+def test_poisson_schedule_is_seeded_and_bounded():
+    same = poisson_arrivals(2.0, 50, 100.0, seed=3)
+    assert same == poisson_arrivals(2.0, 50, 100.0, seed=3)
+    assert same != poisson_arrivals(2.0, 50, 100.0, seed=4)
+    assert len(poisson_arrivals(2.0, 10, 100.0, seed=3)) == 10
+    short = poisson_arrivals(2.0, 10_000, 5.0, seed=3)
+    assert short and max(short) < 5.0 and len(short) < 40
+    with pytest.raises(ValueError, match="must be > 0"):
+        poisson_arrivals(0.0, 10, 1.0, seed=0)
+
+
+def test_open_loop_sends_on_schedule_without_waiting_for_answers():
+    starts, in_flight, peak = [], [0], [0]
+
+    async def send(due: float) -> None:
+        starts.append(time.perf_counter() - due)
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0.5)  # a slow answer
+        in_flight[0] -= 1
+
+    began = time.perf_counter()
+    asyncio.run(open_loop([0.0, 0.05, 0.1, 0.15, 0.2], send))
+    took = time.perf_counter() - began
+    assert len(starts) == 5 and max(starts) < 0.05  # each left when it was due
+    assert peak[0] == 5  # none waited for an earlier answer
+    assert took < 1.0  # back to back it would take 2.5 s
+
+
+def test_closed_loop_keeps_n_in_flight_and_stops_at_its_bounds():
+    in_flight, peak, sent = [0], [0], []
+
+    async def send(due: float) -> None:
+        sent.append(due)
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0.02)
+        in_flight[0] -= 1
+
+    asyncio.run(closed_loop(3, send, count=10, duration_s=60.0))
+    assert len(sent) == 10 and peak[0] == 3
+    sent.clear()
+    began = time.perf_counter()
+    asyncio.run(closed_loop(2, send, count=10_000, duration_s=0.2))
+    assert time.perf_counter() - began < 0.5
+    assert 4 <= len(sent) <= 30
+
+
+# --- the real-time margin ---------------------------------------------------------------
+
+
+def timeline(*chunks: tuple[float, float]) -> Timeline:
+    line = Timeline()
+    for at, seconds in chunks:
+        line.add(at, seconds, size=int(seconds * 44100))
+    return line
+
+
+def test_margin_of_a_stream_that_keeps_ahead():
+    # 0.5 s of audio every 0.4 s: just before each chunk the player still holds 0.1 s or more
+    line = timeline(*((10 + 0.4 * i, 0.5) for i in range(6)))
+    assert line.margin_s() == pytest.approx(0.1)
+    assert line.ttfa_s(due=9.75) == pytest.approx(0.25)
+    assert line.audio_s == pytest.approx(3.0)
+
+
+def test_a_late_chunk_is_a_stall_however_long_it_is():
+    # one second of audio, then silence until 1.5 s: half a second of stall
+    line = timeline((0.0, 1.0), (1.5, 5.0), (1.6, 0.1))
+    assert line.margin_s() == pytest.approx(-0.5)
+
+
+def test_reads_without_audio_do_not_start_playback():
+    line = timeline((0.0, 0.0), (0.3, 0.2), (0.4, 0.2))
+    assert line.ttfa_s(due=0.0) == pytest.approx(0.3)
+    assert line.margin_s() == pytest.approx(0.1)
+    assert line.reads == 3
+    assert timeline((2.0, 1.5)).margin_s() == 1.5  # all at once never runs dry
+    assert Timeline().margin_s() is None and Timeline().ttfa_s(0.0) is None
+
+
+# --- what each read carried -------------------------------------------------------------
+
+
+def feed_in_pieces(counter, data: bytes, seed: int = 0) -> float:
+    cuts = sorted(np.random.default_rng(seed).integers(0, len(data), 25).tolist())
+    pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    return sum(counter.feed(piece) for piece in pieces)
+
+
+def test_pcm_counts_whole_samples_only():
+    counter = PcmCounter(1000)
+    assert counter.feed(b"\x01") == 0.0  # half a sample
+    assert counter.feed(b"\x02\x03") == pytest.approx(0.001)
+    assert counter.feed(b"\x04" + b"\x00" * 10) == pytest.approx(0.006)
+
+
+def test_wav_stream_reads_its_rate_from_the_header():
+    out = io.BytesIO()
+    sf.write(out, np.zeros(16000, np.float32), 16000, format="WAV", subtype="PCM_16")
+    assert feed_in_pieces(WavCounter(), out.getvalue()) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="RIFF"):
+        WavCounter().feed(b"ID3\x04" + b"\x00" * 20)
+
+
+def test_sse_counts_audio_deltas_across_split_events():
+    pcm = np.zeros(2205, "<i2").tobytes()
+    events = [{"type": "speech.audio.delta", "audio": base64.b64encode(pcm).decode()}] * 4
+    events.append({"type": "speech.audio.done"})
+    body = "".join(f"data: {json.dumps(e)}\r\n\r\n" for e in events).encode()
+    assert feed_in_pieces(SseCounter(22050), body) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="malformed"):
+        SseCounter(22050).feed(b"data: {not json\n\n")
+    with pytest.raises(ValueError, match="not one of"):
+        audio_counter("mp3", 22050)
+
+
+# --- only this machine ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://127.42.0.9:1/v1/audio/speech",
+                                 "http://[::1]:8000", "http://localhost:8000",
+                                 "https://LOCALHOST:443", "http://[::ffff:127.0.0.1]:80"])
+def test_loopback_urls_pass(url):
+    assert loopback_url(url).host
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.1:8000", "http://example.com",
+                                 "http://0.0.0.0:8000", "http://127.1:8000",
+                                 "http://2130706433/", "http://localhost.example.com",
+                                 "http://[::2]:80", "ftp://127.0.0.1", "127.0.0.1:8000"])
+def test_other_urls_are_refused(url):
+    with pytest.raises(NotLoopback):
+        loopback_url(url)
+
+
+def test_a_remote_url_is_refused_before_any_request(capsys):
+    assert not is_loopback_host("192.0.2.1")
+    began = time.perf_counter()
+    assert main(["http://192.0.2.1:8000", "--requests", "1"]) == 2
+    assert time.perf_counter() - began < 5  # no connection was tried (it would hang)
+    assert "not a loopback address" in capsys.readouterr().err
+
+
+def test_speech_url_adds_the_endpoint_to_a_base_url():
+    assert speech_url("http://127.0.0.1:9") == "http://127.0.0.1:9/v1/audio/speech"
+    assert speech_url("http://127.0.0.1:9/") == "http://127.0.0.1:9/v1/audio/speech"
+    assert speech_url("http://127.0.0.1:9/custom") == "http://127.0.0.1:9/custom"
+
+
+# --- the summary ------------------------------------------------------------------------
+
+
+def test_percentiles_interpolate_between_ranks():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == pytest.approx(50.5)
+    assert percentile(values, 95) == pytest.approx(95.05)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([], 50) is None
+
+
+def record(ttfa: float | None, margin: float | None, error: str | None = None,
+           latency: float = 2.0, audio: float = 1.0) -> RequestRecord:
+    return RequestRecord(shape="closed", load=2, chars=40, due_s=0.0, lag_s=0.001,
+                         ttfa_s=ttfa, latency_s=latency, audio_s=audio, bytes=44100,
+                         reads=3, margin_s=margin, error=error)
+
+
+def test_summary_counts_failures_against_real_time_and_leaves_them_out_of_latency():
+    records = [record(0.1, 0.2), record(0.2, 0.05), record(0.3, -0.1), record(0.4, 0.3),
+               record(None, None, "http_429"), record(None, None, "timeout"),
+               record(0.05, 0.1, "connection_lost")]
+    row = summarize(records, "closed", 2, wall_s=4.0)
+    assert (row.requests, row.ok) == (7, 4)
+    assert row.ttfa_p50_ms == pytest.approx(250.0)
+    assert row.ttfa_p95_ms == pytest.approx(385.0)
+    assert row.realtime_fraction == pytest.approx(3 / 7, abs=1e-3)
+    assert row.min_margin_s == pytest.approx(-0.1)
+    assert row.errors == {"http_429": 1, "timeout": 1, "connection_lost": 1}
+    assert row.requests_per_s == 1.0 and row.audio_s_per_s == 1.0
+
+
+# --- whole runs against real servers on 127.0.0.1 ---------------------------------------
+
+
+class LoopbackServer:
+    """A real uvicorn server for any app on a free 127.0.0.1 port, in a thread of this
+    process: for the failures the lab's own server does not stage on demand."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="critical"))
+        self.thread = threading.Thread(target=self.server.run,
+                                       kwargs={"sockets": [self.socket]}, daemon=True)
+
+    def __enter__(self) -> LoopbackServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.socket.close()
+
+
+@pytest.fixture(scope="module")
+def voice():
+    """The default voice, streaming, as `lab serve` loads it."""
+    from lab import Pipeline, load_preset
+
+    pipe = Pipeline(load_preset("cpu-default"))
+    yield pipe
+    pipe.close()
+
+
+@contextmanager
+def lab_server(pipe, options=None):
+    """The lab's own server (`lab serve`) over `pipe`, on a free 127.0.0.1 port."""
+    from lab.serve import LabServer
+
+    server = LabServer(pipe, options, log_level="warning").start()
+    try:
+        yield server
+    finally:
+        server.stop(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def voice_server(voice):
+    with lab_server(voice) as server:
+        yield server
+
+
+def run_loadtest(url: str, tmp_path, *args: str) -> tuple[int, dict]:
+    code = main([url, "--texts", "short", "--out", str(tmp_path), "--stem", "run", *args])
+    report = tmp_path / "run.json"
+    return code, json.loads(report.read_text()) if report.exists() else {}
+
+
+def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
+    code, report = run_loadtest(voice_server.url, tmp_path, "--concurrency", "1,2",
+                                "--rates", "1.5", "--requests", "4")
+    assert code == 0
+    rows = report["rows"]
+    assert [(r["shape"], r["load"]) for r in rows] == [("closed", 1), ("closed", 2),
+                                                        ("open", 1.5)]
+    assert report["meta"]["model"] == "piper-vits"  # read from /v1/models
+    assert all(r["ok"] == r["requests"] and not r["errors"] for r in rows)
+    assert sum(r["requests"] for r in rows) == len(report["requests"]) >= 9
+    for req in report["requests"]:
+        assert 0 < req["ttfa_s"] < req["latency_s"]
+        assert req["bytes"] == round(req["audio_s"] * 22050) * 2
+        assert 1.0 < req["audio_s"] < 10.0 and req["margin_s"] is not None
+        assert req["lag_s"] < 0.5
+    assert all(0 <= r["realtime_fraction"] <= 1 and r["ttfa_p50_ms"] > 0 for r in rows)
+    html = (tmp_path / "run.html").read_text()
+    assert "plotly" in html and "TTFA" in html and "<script" in html
+    out = capsys.readouterr().out
+    assert "| shape | load |" in out and "ttfa_p95_ms" in out
+
+
+def test_wav_and_sse_carry_the_same_audio_as_pcm(voice_server, tmp_path):
+    seconds = {}
+    for fmt in ("pcm", "wav", "sse"):
+        code, report = run_loadtest(voice_server.url, tmp_path / fmt, "--concurrency", "1",
+                                    "--requests", "2", "--warmup", "0", "--format", fmt)
+        assert code == 0 and report["rows"][0]["ok"] == 2
+        seconds[fmt] = [r["audio_s"] for r in report["requests"]]
+    assert seconds["pcm"] == seconds["wav"] == seconds["sse"]
+
+
+def trouble_app():
+    """Endpoints that fail the ways a loaded server fails."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    app = FastAPI()
+
+    @app.post("/busy")
+    def busy() -> JSONResponse:
+        return JSONResponse({"error": {"message": "full"}}, 429, headers={"Retry-After": "1"})
+
+    @app.post("/slow")
+    async def slow() -> StreamingResponse:
+        async def body():
+            yield b"\x00\x00" * 2205
+            await asyncio.sleep(30)
+            yield b"\x00\x00"
+
+        return StreamingResponse(body(), media_type="audio/pcm")
+
+    @app.post("/sse_error")
+    async def sse_error() -> StreamingResponse:
+        async def body():
+            audio = base64.b64encode(b"\x00\x00" * 2205).decode()
+            yield f'data: {{"type": "speech.audio.delta", "audio": "{audio}"}}\n\n'
+            yield 'data: {"type": "error", "error": {"message": "out of memory"}}\n\n'
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    @app.post("/drop")
+    async def drop() -> StreamingResponse:
+        async def body():
+            yield b"\x00\x00" * 2205
+            raise RuntimeError("the server fell over mid-stream")
+
+        return StreamingResponse(body(), media_type="audio/pcm")
+
+    return app
+
+
+@pytest.mark.parametrize(("path", "kind"), [("busy", "http_429"), ("slow", "timeout"),
+                                            ("drop", "connection_lost"),
+                                            ("sse_error", "stream_error")])
+def test_errors_are_counted_by_kind(path, kind, tmp_path):
+    fmt = "sse" if path == "sse_error" else "pcm"
+    with LoopbackServer(trouble_app()) as server:
+        code, report = run_loadtest(f"{server.url}/{path}", tmp_path, "--model", "m",
+                                    "--warmup", "0", "--concurrency", "2", "--requests", "4",
+                                    "--timeout", "0.5", "--format", fmt)
+    assert code == 1  # nothing got through
+    assert report["rows"][0]["errors"] == {kind: 4}
+    assert report["rows"][0]["realtime_fraction"] == 0
+    if kind != "http_429":  # the audio that came before the failure is still counted
+        assert all(r["audio_s"] == pytest.approx(0.1) for r in report["requests"])
+
+
+def test_an_overloaded_lab_server_answers_429_and_the_rest_are_measured(voice, tmp_path):
+    from lab.serve import ServeOptions
+
+    with lab_server(voice, ServeOptions(slots=1, queue=0)) as server:
+        code, report = run_loadtest(server.url, tmp_path, "--warmup", "0", "--concurrency",
+                                    "3", "--requests", "6")
+    row = report["rows"][0]
+    assert code == 0 and row["requests"] == 6
+    assert row["ok"] >= 1 and row["errors"].get("http_429", 0) >= 1
+    assert row["ok"] + row["errors"]["http_429"] == 6
+
+
+def test_a_server_that_is_not_there(tmp_path, capsys):
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    probe.close()
+    code, report = run_loadtest(url, tmp_path, "--model", "m", "--warmup", "2")
+    assert code == 1 and report == {}
+    assert "got audio (connect, connect)" in capsys.readouterr().err
+    code, _ = run_loadtest(url, tmp_path)
+    assert code == 1 and "name it with --model" in capsys.readouterr().err
+
+
+def test_the_figure_plots_ttfa_real_time_and_errors_per_shape():
+    closed = [summarize([record(0.1 * c, 0.1), record(0.2 * c, -0.1, "timeout" if c > 2 else None)],
+                        "closed", c, wall_s=2.0) for c in (1, 2, 4)]
+    opened = [summarize([record(0.3, 0.2)], "open", 0.5, wall_s=2.0)]
+    fig = figure([*closed, *opened], "a test")
+    names = [trace.name for trace in fig.data]
+    assert names == ["closed TTFA p50", "closed TTFA p95", "closed real time",
+                     "closed errors: timeout", "open TTFA p50", "open TTFA p95",
+                     "open real time", "open errors: none"]
+    assert list(fig.data[0].x) == [1, 2, 4]
+    assert list(fig.data[3].y) == [0, 0, 1]
+    assert list(fig.data[2].y) == [0.5, 0.5, 0.5]
+
+
+def test_open_loop_over_http_sends_on_schedule_while_nothing_answers(tmp_path):
+    with LoopbackServer(trouble_app()) as server:
+        began = time.perf_counter()
+        code, report = run_loadtest(f"{server.url}/slow", tmp_path, "--model", "m",
+                                    "--warmup", "0", "--rates", "10", "--requests", "6",
+                                    "--timeout", "1.5")
+        took = time.perf_counter() - began
+    requests = report["requests"]
+    assert code == 1 and len(requests) == 6
+    assert all(r["error"] == "timeout" and r["lag_s"] < 0.1 for r in requests)
+    # six slow answers one after another would take 9 s; sent on schedule they overlap
+    assert max(r["due_s"] for r in requests) < 1.5 and took < 6

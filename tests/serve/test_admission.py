@@ -1,0 +1,95 @@
+"""Overload gets 429 with Retry-After, a client that leaves frees its slot, a deadline cuts a
+stream off, and the server serves on after each."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.serve.conftest import HOLD, metric, running, speech
+
+
+@pytest.fixture(scope="module")
+def server(serve_pipeline):
+    with running(serve_pipeline, slots=1, queue=1) as srv:
+        yield srv
+
+
+def wait_for(read, want, timeout: float = 20.0):
+    """Poll `read()` until it returns `want`; the last value either way."""
+    end = time.monotonic() + timeout
+    while (value := read()) != want and time.monotonic() < end:
+        time.sleep(0.05)
+    return value
+
+
+class Listener:
+    """A streaming request whose first chunk has arrived, so it holds its slot until `leave`.
+
+    It keeps its chunk iterator: dropping one closes the connection, which is a disconnect.
+    """
+
+    def __init__(self, url: str, body: dict) -> None:
+        self.client = httpx.Client(timeout=60)
+        request = self.client.build_request("POST", f"{url}/v1/audio/speech", json=body)
+        self.response = self.client.send(request, stream=True)
+        assert self.response.status_code == 200
+        self.chunks = self.response.iter_raw()
+        next(self.chunks)
+
+    def leave(self) -> None:
+        self.response.close()
+        self.client.close()
+
+
+def test_a_full_queue_gets_429_with_retry_after(server):
+    url = server.url
+    holder = Listener(url, speech(input=HOLD))
+    queued: list[httpx.Response] = []
+    waiter = threading.Thread(target=lambda: queued.append(
+        httpx.post(f"{url}/v1/audio/speech", json=speech(), timeout=60)))
+    waiter.start()
+    assert wait_for(lambda: metric(url, "lab_queue_depth"), 1) == 1
+    refused = httpx.post(f"{url}/v1/audio/speech", json=speech(), timeout=60)
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    error = refused.json()["error"]
+    assert error["type"] == "overloaded_error" and error["code"] == "queue_full"
+    holder.leave()
+    waiter.join(60)
+    assert queued[0].status_code == 200 and len(queued[0].content) > 1000
+    assert wait_for(lambda: metric(url, "lab_active_slots"), 0) == 0
+    assert metric(url, "lab_speech_requests_total", {"status": "429"}) >= 1
+
+
+def test_a_disconnect_frees_its_slot(server):
+    url = server.url
+    gone_before = metric(url, "lab_speech_requests_total", {"status": "499"}) or 0
+    listener = Listener(url, speech(input=HOLD))
+    assert metric(url, "lab_active_slots") == 1
+    listener.leave()
+    assert wait_for(lambda: metric(url, "lab_active_slots"), 0) == 0
+    assert metric(url, "lab_speech_requests_total", {"status": "499"}) == gone_before + 1
+    assert httpx.post(f"{url}/v1/audio/speech", json=speech(), timeout=60).status_code == 200
+
+
+def test_a_deadline_ends_the_request_with_its_reason(serve_pipeline):
+    with running(serve_pipeline, deadline_s=1.0) as srv:
+        with httpx.stream("POST", f"{srv.url}/v1/audio/speech", timeout=60,
+                          json=speech(input=HOLD, stream_format="sse")) as response:
+            if response.status_code == 503:  # the deadline passed before the first audio
+                error = json.loads(response.read())["error"]
+            else:
+                lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+                last = json.loads(lines[-1][len("data: "):])
+                assert last["type"] == "error"
+                error = last["error"]
+        assert error["code"] == "deadline_exceeded" and "1 s" in error["message"]
+        assert wait_for(lambda: metric(srv.url, "lab_active_slots"), 0) == 0
+        assert metric(srv.url, "lab_speech_requests_total", {"status": "503"}) == 1
+        ok = httpx.post(f"{srv.url}/v1/audio/speech", json=speech(), timeout=60)
+        assert ok.status_code == 200

@@ -1,0 +1,69 @@
+"""`lab serve`: refusals before anything loads, and a real process that drains on SIGTERM."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import pytest
+
+from lab.cli import _parser, main
+from tests.serve.conftest import LONG, MODEL, pcm_of, speech
+
+WAV_HEADER = 44
+
+
+def test_serve_listens_on_loopback_by_default():
+    args = _parser().parse_args(["serve"])
+    assert args.host == "127.0.0.1" and args.preset == "cpu-default"
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--preset", "no-such-preset"], "not found"),
+    (["--set", "dtyp=bf16"], "unknown key 'dtyp'"),
+    (["--slots", "0"], "slots=0"),
+    (["--deadline", "0"], "deadline_s=0"),
+])
+def test_bad_options_exit_2_before_loading(argv, words, capsys):
+    assert main(["serve", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_a_port_in_use_exits_2_before_loading(capsys):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_sigterm_drains_the_request_in_flight_and_exits_0(serve_pipeline):
+    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "serve", "--preset", MODEL,
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        lines = []
+        while not (found := re.search(r"serving (http://127\.0\.0\.1:\d+)", lines[-1]
+                                      if lines else "")):
+            line = proc.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        url = found.group(1)
+        assert httpx.get(f"{url}/ready", timeout=10).json()["ready"]
+        with httpx.stream("POST", f"{url}/v1/audio/speech", json=speech(input=LONG),
+                          timeout=60) as response:
+            chunks = response.iter_raw()
+            first = next(chunks)
+            proc.send_signal(signal.SIGTERM)
+            data = first + b"".join(chunks)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert "stopped" in out
+    expected = pcm_of(serve_pipeline.synthesize(LONG).audio)
+    np.testing.assert_array_equal(np.frombuffer(data[WAV_HEADER:], "<i2"), expected)
