@@ -4,9 +4,10 @@ decoded by that voice's own HiFi-GAN generator.
 The Piper voice's flow hands its vocoder 192-channel latent frames, 256 samples each at
 22.05 kHz. A group of `group_frames` such frames, flattened, is one vector; `levels` residual
 codebooks of `codebook_size` entries each turn it into `levels` integer codes (each level codes
-what the levels before it missed). Decoding sums the codebook rows and runs the generator, so the
-codec adds no decoder of its own to train and sounds like the voice wherever the codes are close.
-One group is the codec's frame: `frame_samples = group_frames * 256` samples, `levels` codes.
+what the levels before it missed). Decoding turns codes back into latent frames (the sum of the
+codebook rows, or a small trained `LatentDecoder` that starts from them) and runs the generator,
+so the codec sounds like the voice wherever the latents are close. One group is the codec's
+frame: `frame_samples = group_frames * 256` samples, `levels` codes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lab.models.latent_decoder import LatentDecoder
 from lab.models.snac_codec import CodecError
 from lab.models.vits.generator import Generator
 from lab.quant.compile import EagerOnFailure, compile_note
@@ -119,14 +121,16 @@ def load_codebooks(path: Path) -> torch.Tensor:
 
 class LatentCodec:
     """`decode(frames[B, G, levels]) -> audio[B, G * frame_samples]` through the voice's
-    generator; `encode(latents[T, 192]) -> codes[G, levels]` for making training data."""
+    generator; `encode(latents[T, 192]) -> codes[G, levels]` for making training data.
+    With a `decoder`, codes become latents through it instead of the sum of k-means rows."""
 
     def __init__(self, codebooks: torch.Tensor, generator: Generator, *,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 compile_mode: str = "none") -> None:
+                 compile_mode: str = "none", decoder: LatentDecoder | None = None) -> None:
         self.shape = shape_of(codebooks)
         self.device, self.dtype = torch.device(device), dtype
         self.codebooks = codebooks.to(self.device, torch.float32)
+        self.decoder = None if decoder is None else decoder.to(self.device, dtype).eval()
         self.generator: nn.Module = generator.to(self.device, dtype).eval().requires_grad_(False)
         self.sample_rate = 22050
         self.frame_samples = self.shape.group_frames * HOP
@@ -147,6 +151,8 @@ class LatentCodec:
 
     def latents(self, frames: torch.Tensor) -> torch.Tensor:
         """Codes [B, G, levels] -> latent frames [B, channels, G * group_frames]."""
+        if self.decoder is not None:
+            return self.decoder(frames)
         b, g, _ = frames.shape
         z = dequantize(frames, self.codebooks).reshape(b, g * self.shape.group_frames, -1)
         return z.transpose(1, 2).to(self.dtype)

@@ -4,7 +4,8 @@ voice's phonemes and speaks codes of the lab's latent codec, decoded by the voic
 It runs through the same engine, caches, scheduler, graphs and quantization path as Orpheus
 (`TokenBackend`), so every autoregressive knob acts on a model whose output is real speech.
 The weights ship in the package (`lab/data/voice/`); `model` may name another directory
-holding `lm.safetensors` and `codebooks.safetensors`.
+holding `lm.safetensors` and `codebooks.safetensors`, and optionally the codec's learned decoder
+`decoder.safetensors` (without it, codes decode as the sum of their codebook rows).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lab.engine.weights import load_lm
 from lab.frontend import prepare
 from lab.models.backend import Family
 from lab.models.latent_codec import LatentCodec, load_codebooks
+from lab.models.latent_decoder import load_decoder
 from lab.models.piper_voice import PiperVoice, load_voice
 from lab.models.sizing import Plan, Work
 from lab.models.token_backend import (
@@ -40,7 +42,8 @@ from lab.models.voice_weights import load_voice_lm, read_voice_config
 from lab.quant.plan import PrecisionReport, apply_knobs
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "data" / "voice"
-LM_FILE, CODEBOOK_FILE = "lm.safetensors", "codebooks.safetensors"
+LM_FILE, CODEBOOK_FILE, DECODER_FILE = "lm.safetensors", "codebooks.safetensors", \
+    "decoder.safetensors"
 GROUPS_PER_PHONEME = 6
 """Stop rule: at most this many codec groups (24 frames, 0.28 s) per phoneme on average, about
 three times the teacher's pace, so a model that never moves on cannot run away."""
@@ -108,9 +111,11 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     report = apply_knobs(lm, LM_PLAN, dtype=cfg.dtype, quant=cfg.quant, compile_mode="none",
                          device=device)
     codec_compile = cfg.compile if device.type == "cuda" else "none"
+    decoder_path = folder / DECODER_FILE
+    decoder = load_decoder(decoder_path, books) if decoder_path.is_file() else None
     codec = LatentCodec(books, voice.model.dec, device=device,
                         dtype=codec_dtype(lm.embed.weight.dtype, device, report.notes),
-                        compile_mode=codec_compile)
+                        compile_mode=codec_compile, decoder=decoder)
     room = min(cfg.sampling.max_tokens + 256 + PROMPT_ROOM, lm_cfg.max_seq_len)
     engine = LLMEngine(lm, engine_config(cfg, max_len=room),
                        logits_processor=PhonemeAlignedConstraint(layout))

@@ -15,6 +15,7 @@ from lab.engine.weights import WeightsError
 from lab.models.piper_voice import load_voice
 from lab.models.voice_backend import (
     CODEBOOK_FILE,
+    DECODER_FILE,
     LM_FILE,
     WEIGHTS_DIR,
     build_tts,
@@ -25,6 +26,7 @@ from lab.models.voice_format import PhonemeAlignedConstraint, VoiceLayout, promp
 from lab.models.voice_weights import load_voice_lm
 from lab.pipeline import Pipeline
 from lab.quality.report import evaluate
+from lab.stream.codec_stream import CodecError
 
 SENTENCES = ["Please leave the blue folder on my desk.",
              "Our train was twenty minutes late again."]
@@ -80,6 +82,17 @@ def test_a_broken_weights_file_is_refused_by_name(tmp_path):
         Pipeline(load_preset("ar-voice-cpu", model=str(tmp_path)))
     with pytest.raises(Exception, match="not found"):
         Pipeline(load_preset("ar-voice-cpu", model=str(tmp_path / "absent")))
+
+
+def test_the_shipped_codec_decodes_through_its_learned_decoder(tmp_path):
+    cfg = load_preset("ar-voice-cpu")
+    tts, _ = build_tts(cfg, torch.device("cpu"), load_voice(teacher_voice(cfg)))
+    assert tts.codec.decoder is not None
+    for name in (LM_FILE, CODEBOOK_FILE):
+        shutil.copy(WEIGHTS_DIR / name, tmp_path / name)
+    (tmp_path / DECODER_FILE).write_bytes((WEIGHTS_DIR / DECODER_FILE).read_bytes()[:4096])
+    with pytest.raises(CodecError, match="decoder.safetensors"):
+        Pipeline(load_preset("ar-voice-cpu", model=str(tmp_path)))
 
 
 def test_in_bf16_the_codec_stays_fp32_where_the_cpu_emulates_bf16():
