@@ -45,7 +45,9 @@ from lab.bench.playback import Timeline
 from lab.bench.report import markdown_table, run_meta
 from lab.config import PipelineConfig, load_preset
 from lab.metrics.repeats import pinned_threads
+from lab.models.registry import family
 from lab.pipeline import Pipeline
+from lab.serve.offer import SINGLE_SPEAKER_VOICES
 
 SERVING = re.compile(r"serving (http://\S+?)/v1/audio/speech")
 START_TIMEOUT_S = 600.0
@@ -186,11 +188,15 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
     server = ServerProcess(args.preset, args.set, threads, args.slots, args.queue)
     try:
         ready = server.ready()
-        target = SpeechTarget(f"{server.url}/v1/audio/speech", "", "default", args.format,
+        voice = cfg.voice if family(cfg.family).supports("voice") else SINGLE_SPEAKER_VOICES[0]
+        target = SpeechTarget(f"{server.url}/v1/audio/speech", "", voice, args.format,
                               ready.get("sample_rate", 22050), args.timeout)
         loaded = asyncio.run(run_load(target, plan))
     finally:
         server.stop()
+    if loaded.warmup_errors and not loaded.rows:
+        raise RuntimeError(f"every warm-up request failed ({', '.join(loaded.warmup_errors)}); "
+                           "nothing was measured")
     rows = [summarize(local, "in-process", 1, local_wall_s), *loaded.rows]
     row_dicts = [asdict(r) for r in rows]
     meta = run_meta(command=f"python {shlex.join(sys.argv)}", preset=args.preset,

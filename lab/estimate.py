@@ -39,7 +39,7 @@ from lab.quant.plan import run_dtype
 __all__ = [
     "CONFIRM_S", "HEADROOM", "AUDIO_S_PER_CHAR", "VERDICTS", "Estimate", "EstimateError",
     "Measured", "Phase", "Plan", "Probe", "RateBook", "Work", "available_bytes",
-    "device_label", "estimate", "host_available", "probe", "rate_key", "record_rate",
+    "device_label", "estimate", "gib", "host_available", "probe", "rate_key", "record_rate",
     "require",
 ]
 
@@ -52,8 +52,11 @@ AUDIO_S_PER_CHAR = 0.065
 VERDICTS = ("run", "confirm", "refuse")
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+def gib(n: float) -> str:
+    """Bytes for a person: GiB from 1 GiB up, MiB from 1 MiB up, else KiB."""
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
 def _duration(s: float) -> str:
@@ -100,16 +103,16 @@ class Estimate:
 
     def summary(self) -> str:
         """Two lines for a terminal: the figures, then the verdict and its reason."""
-        parts = ", ".join(f"{name} {_gib(n)}" for name, n in self._parts() if n)
-        return (f"estimate on {self.device}: {_gib(self.total_bytes)} ({parts}) of "
-                f"{_gib(self.available_bytes)} {self.memory_kind} available; load "
+        parts = ", ".join(f"{name} {gib(n)}" for name, n in self._parts() if n)
+        return (f"estimate on {self.device}: {gib(self.total_bytes)} ({parts}) of "
+                f"{gib(self.available_bytes)} {self.memory_kind} available; load "
                 f"{_duration(self.load_s)}, synthesis {_duration(self.synth_s)} for "
                 f"{self._work()} ({self.basis})\n{self.verdict}: {self.reason}")
 
     def markdown(self) -> str:
-        rows = [*((name, _gib(n)) for name, n in self._parts()),
-                ("total", f"**{_gib(self.total_bytes)}**"),
-                (f"available {self.memory_kind}", _gib(self.available_bytes)),
+        rows = [*((name, gib(n)) for name, n in self._parts()),
+                ("total", f"**{gib(self.total_bytes)}**"),
+                (f"available {self.memory_kind}", gib(self.available_bytes)),
                 ("load and warm-up", _duration(self.load_s)),
                 (f"synthesis of {self._work()}", _duration(self.synth_s))]
         lines = ["| estimate | value |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in rows)]
@@ -217,24 +220,24 @@ def _verdict(cfg, chars, dev, plan, loaded, avail, kind, host, load_s, synth_s):
                           f"max_chars={cfg.max_chars}")
     total = plan.weights + plan.kv_cache + plan.activations + plan.codec
     if loaded and plan.activations > HEADROOM * avail:
-        return "refuse", (f"the loaded pipeline needs about {_gib(plan.activations)} more for "
-                          f"activations but only {_gib(avail)} of {kind} is available on {dev}")
+        return "refuse", (f"the loaded pipeline needs about {gib(plan.activations)} more for "
+                          f"activations but only {gib(avail)} of {kind} is available on {dev}")
     if not loaded and total > HEADROOM * avail:
         return "refuse", (
-            f"needs about {_gib(total)} ({_gib(plan.weights)} weights, {_gib(plan.kv_cache)} "
-            f"KV cache, {_gib(plan.activations)} activations, {_gib(plan.codec)} codec) but "
-            f"only {_gib(avail)} of {kind} is available on {dev}; lower batch_size or "
+            f"needs about {gib(total)} ({gib(plan.weights)} weights, {gib(plan.kv_cache)} "
+            f"KV cache, {gib(plan.activations)} activations, {gib(plan.codec)} codec) but "
+            f"only {gib(avail)} of {kind} is available on {dev}; lower batch_size or "
             "sampling.max_tokens, pick a smaller model, a lower dtype or a GPU")
     if host:
         free = host_available()
         if host > HEADROOM * free:
-            return "refuse", (f"loading onto the GPU stages {_gib(host)} of weights in RAM but "
-                              f"only {_gib(free)} of RAM is available")
+            return "refuse", (f"loading onto the GPU stages {gib(host)} of weights in RAM but "
+                              f"only {gib(free)} of RAM is available")
     if load_s + synth_s >= CONFIRM_S:
         load = f"{_duration(load_s)} to load and " if load_s else ""
         return "confirm", (f"would take about {load}{_duration(synth_s)} to synthesize on "
-                           f"{dev} (uses {_gib(total)} of {_gib(avail)} {kind})")
-    return "run", (f"fits ({_gib(total)} of {_gib(avail)} {kind}) and takes about "
+                           f"{dev} (uses {gib(total)} of {gib(avail)} {kind})")
+    return "run", (f"fits ({gib(total)} of {gib(avail)} {kind}) and takes about "
                    f"{_duration(load_s + synth_s)}")
 
 

@@ -1,11 +1,13 @@
 """Take one screenshot per app tab, each after doing that tab's job once.
 
     python scripts/screenshots.py [--out docs/screenshots] [--chromium /usr/bin/chromium]
+                                  [--only NAME]
 
 Starts the app on a free local port with a throwaway data directory under runs/, drives it
 in headless Chromium (synthesize, cast a blind vote, run a small sweep, watch the live view,
-profile one request) and writes synthesize.png, ab.png, benchmark.png, live.png and
-profile.png.
+profile one request, serve the config and load it) and writes synthesize.png, ab.png,
+benchmark.png, live.png, profile.png and serve_tab.png. `--only serve_tab` (any of those
+names) takes that one picture alone.
 """
 
 from __future__ import annotations
@@ -122,8 +124,22 @@ def profile(page: Page) -> None:
     settle(page, "#profile-stages", "#profile-ops")
 
 
+def serve(page: Page) -> None:
+    """A server for the default config, swept at three concurrencies, with its metrics."""
+    page.get_by_role("tab", name="Serve").click()
+    page.click("#serve-start")
+    wait_text(page, "#serve-status", "Serving")
+    page.fill("#serve-concurrency textarea", "1, 2, 4")
+    page.fill("#serve-requests input[type=number]", "6")
+    page.press("#serve-requests input[type=number]", "Enter")
+    page.click("#serve-go")
+    wait_text(page, "#serve-sweep-status", "3/3 points")
+    wait_text(page, "#serve-metrics", "active slots 0")
+    settle(page, "#serve-chart", "#serve-telemetry")
+
+
 STEPS = {"synthesize": synthesize, "ab": ab, "benchmark": benchmark, "live": live,
-         "profile": profile}
+         "profile": profile, "serve_tab": serve}
 
 
 @contextmanager
@@ -153,10 +169,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--only", choices=list(STEPS), help="take this one picture alone")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    steps = {args.only: STEPS[args.only]} if args.only else STEPS
     with app_page("runs/lab-data-screenshots", args.chromium) as page:
-        for name, step in STEPS.items():
+        for name, step in steps.items():
             step(page)
             path = args.out / f"{name}.png"
             page.screenshot(path=str(path), full_page=True)

@@ -58,6 +58,9 @@ class PointSummary:
     latency_p95_ms: float | None
     latency_p99_ms: float | None
     realtime_fraction: float
+    mean_streams: float
+    """Streams in flight on average over the point (Little's law: total latency / wall time):
+    what an open-loop rate amounts to in concurrent listeners."""
     min_margin_s: float | None
     requests_per_s: float
     audio_s_per_s: float
@@ -92,6 +95,7 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
         latency_p99_ms=_ms(latency, 99),
         realtime_fraction=round(sum(r.realtime for r in records) / len(records), 3)
         if records else 0.0,
+        mean_streams=round(sum(r.latency_s for r in records) * per_s, 2),
         min_margin_s=round(min(margins), 3) if margins else None,
         requests_per_s=round(len(ok) * per_s, 3),
         audio_s_per_s=round(sum(r.audio_s for r in ok) * per_s, 3),
@@ -101,7 +105,7 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
 
 TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_p99_ms",
                  "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "realtime_fraction",
-                 "requests_per_s", "audio_s_per_s", "errors")
+                 "mean_streams", "requests_per_s", "audio_s_per_s", "errors")
 
 
 def table_rows(rows: Sequence[PointSummary]) -> list[dict]:

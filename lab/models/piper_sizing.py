@@ -56,7 +56,7 @@ def size_piper(w: Work) -> Plan:
     audio = w.texts * w.chars * w.audio_s_per_char
     per_sample = PIPER_ACT_BYTES_PER_SAMPLE * w.nbytes / 4 * channels / 256
     window = cfg.decode_interval + 2 * cfg.overlap
-    streams = cfg.stream and w.texts == 1
+    streams = w.streaming
     span = window * hop if streams else min(w.chars, 400) * w.audio_s_per_char * rate
     redo = window / cfg.decode_interval if streams else 1.0
 

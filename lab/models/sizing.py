@@ -32,7 +32,9 @@ CONV_EFFICIENCY = 0.5
 @dataclass(frozen=True)
 class Work:
     """What a sizer is asked: `texts` texts of `chars` characters for `cfg` on `device`, and
-    the texts the pipeline warms up on when it loads."""
+    the texts the pipeline warms up on when it loads. `served`: the texts are a server's
+    concurrent requests, each streamed on its own and all held at once (a server streams
+    whatever the config's `stream`), which is what its memory plan sizes."""
 
     cfg: PipelineConfig
     device: torch.device
@@ -41,6 +43,7 @@ class Work:
     texts: int
     audio_s_per_char: float
     warmup_texts: tuple[str, ...]
+    served: bool = False
 
     @property
     def units(self) -> int:
@@ -51,10 +54,15 @@ class Work:
         return min(self.chars, SENTENCE_CHARS)
 
     @property
+    def streaming(self) -> bool:
+        """Each text streams on its own: a lone text of a streaming config, or a server's."""
+        return self.served or (self.cfg.stream and self.texts == 1)
+
+    @property
     def rows(self) -> int:
-        """Units rendered at once: one when a single text streams, else up to the batch."""
-        if self.cfg.stream and self.texts == 1:
-            return 1
+        """Units rendered at once: one per text when each streams, else up to the batch."""
+        if self.streaming:
+            return self.texts
         return min(self.units, self.cfg.batch_size)
 
     @property
@@ -65,7 +73,8 @@ class Work:
 @dataclass(frozen=True)
 class Plan:
     """A family's answer: bytes of each part, seconds of audio, the phases of synthesis and of
-    warm-up, and what loading moves (bytes read from files, filled at random, staged in RAM)."""
+    warm-up, and what loading moves (bytes read from files, filled at random, staged in RAM).
+    `cache_len`: the positions each slot's KV cache holds, 0 for a family without one."""
 
     weights: int
     kv_cache: int
@@ -79,6 +88,7 @@ class Plan:
     fill_bytes: int = 0
     load_fixed_s: float = BASE_LOAD_S
     notes: tuple[str, ...] = ()
+    cache_len: int = 0
 
 
 def load_fixed_s(cfg: PipelineConfig) -> float:

@@ -144,4 +144,4 @@ def size_tokens(w: Work, lm: LMConfig, c: TokenCost, notes: tuple[str, ...]) -> 
         synth=(decode(waves * per_unit, rows), prefill(waves, rows)), warmup=tuple(warm),
         host=0 if dummy else lm.n_params * b, read_bytes=0 if dummy else lm.n_params * 2,
         fill_bytes=lm.n_params * b if dummy else 0, load_fixed_s=load_fixed_s(cfg),
-        notes=tuple(notes))
+        notes=tuple(notes), cache_len=cache_len)

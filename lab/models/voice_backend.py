@@ -47,7 +47,9 @@ LM_FILE, CODEBOOK_FILE, DECODER_FILE = "lm.safetensors", "codebooks.safetensors"
 GROUPS_PER_PHONEME = 6
 """Stop rule: at most this many codec groups (24 frames, 0.28 s) per phoneme on average, about
 three times the teacher's pace, so a model that never moves on cannot run away."""
-PROMPT_ROOM = 8
+CACHE_ROOM = 256 + 8
+"""Positions a slot's cache holds beyond `sampling.max_tokens`: the phoneme prompt (256) and
+its framing tokens (8). The estimate and the server's memory plan size the same number."""
 
 VOICE_FAMILY = Family(
     "ar-voice", "The lab's own voice: a small Llama-style LM over the Piper voice's phonemes, "
@@ -116,7 +118,7 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     codec = LatentCodec(books, voice.model.dec, device=device,
                         dtype=codec_dtype(lm.embed.weight.dtype, device, report.notes),
                         compile_mode=codec_compile, decoder=decoder)
-    room = min(cfg.sampling.max_tokens + 256 + PROMPT_ROOM, lm_cfg.max_seq_len)
+    room = min(cfg.sampling.max_tokens + CACHE_ROOM, lm_cfg.max_seq_len)
     engine = LLMEngine(lm, engine_config(cfg, max_len=room),
                        logits_processor=PhonemeAlignedConstraint(layout))
     tts = TokenTTS(engine, codec, VoiceFormat(layout), window=stream_window(cfg),

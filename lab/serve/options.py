@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from lab.pipeline import Pipeline
+from lab.serve.memory_plan import plan_loaded
 
-# The worker interleaves a non-autoregressive family's streams one window at a time, so each
-# of n streams gets 1/n of its speed: a few keep the voice near real time on a CPU.
-DEFAULT_STREAMS = 4
+log = logging.getLogger("lab.serve")
 
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """`slots`: streams served at once; None takes the family's own concurrency (an
-    autoregressive family's engine slots, its `batch_size`; else `DEFAULT_STREAMS`).
+    """`slots`: streams served at once; None takes the memory plan's (`lab.serve.memory_plan`:
+    what the free memory holds, up to the loaded engine's slots or, for a family without one,
+    a few interleaved streams).
     `queue`: requests that may wait for a slot before the next gets 429. `deadline_s`: how long
     a request may take from arrival to last byte. `model_name`: the id `/v1/models` lists and
     requests may name, besides the family's name."""
@@ -36,6 +37,9 @@ class ServeOptions:
             raise ValueError(f"retry_after_s={self.retry_after_s} must be >= 1")
 
     def slots_for(self, pipeline: Pipeline) -> int:
+        """`slots` when given, else the memory plan's for the loaded pipeline (logged)."""
         if self.slots is not None:
             return self.slots
-        return pipeline.config.batch_size if pipeline.family.autoregressive else DEFAULT_STREAMS
+        plan = plan_loaded(pipeline)
+        log.info("%s", plan.summary())
+        return plan.slots

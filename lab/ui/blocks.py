@@ -20,7 +20,7 @@ from lab.estimate import estimate, require
 from lab.listening import VoteStore
 from lab.metrics.telemetry import TelemetrySampler
 from lab.pipeline import Pipeline
-from lab.ui import ab_tab, bench_tab, live_tab, profile_tab, synth_tab
+from lab.ui import ab_tab, bench_tab, live_tab, profile_tab, serve_tab, synth_tab
 from lab.ui.panel import PanelGroup
 from lab.ui.pipelines import PipelineCache
 from lab.ui.player import StreamHub
@@ -76,7 +76,7 @@ class LabContext:
 
 
 def build_app(ctx: LabContext | None = None) -> gr.Blocks:
-    """The whole app: Synthesize, A/B, Benchmark, Live and Profile tabs.
+    """The whole app: Synthesize, A/B, Benchmark, Live, Profile and Serve tabs.
 
     The knob panels of the tabs that run one config share their state, so a setting made on
     one tab is the setting on the others; A/B keeps its own two panels, one per side.
@@ -89,7 +89,7 @@ def build_app(ctx: LabContext | None = None) -> gr.Blocks:
             "Make text-to-speech fast and prove it still sounds right. "
             f"Data directory: `{ctx.data_dir}`"
         )
-        shared = PanelGroup()  # Synthesize, Benchmark and Profile show one knob state
+        shared = PanelGroup()  # Synthesize, Benchmark, Profile and Serve show one knob state
         with gr.Tabs():
             with gr.Tab("Synthesize", id="synth") as synth, shared.collect():
                 synth_tab.build(ctx)
@@ -101,8 +101,10 @@ def build_app(ctx: LabContext | None = None) -> gr.Blocks:
                 timer = live_tab.build(ctx)
             with gr.Tab("Profile", id="profile") as prof, shared.collect():
                 profile_tab.build(ctx)
+            with gr.Tab("Serve", id="serve") as serve, shared.collect():
+                serve_tab.build(ctx)
         shared.link()
         live.select(lambda: gr.Timer(active=True), None, timer)
-        for other in (synth, ab, bench, prof):
+        for other in (synth, ab, bench, prof, serve):
             other.select(lambda: gr.Timer(active=False), None, timer)
     return demo

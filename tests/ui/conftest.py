@@ -16,7 +16,7 @@ from lab.ui.blocks import LabContext, build_app
 class BuiltApp:
     """A built (never launched) app, with its components looked up by elem_id."""
 
-    panels = ("synth", "ab-a", "ab-b", "bench", "profile")  # the elem_id prefix of each panel
+    panels = ("synth", "ab-a", "ab-b", "bench", "profile", "serve")  # each panel's elem_id prefix
 
     def __init__(self, ctx: LabContext) -> None:
         self.ctx = ctx

@@ -1,0 +1,114 @@
+"""The Serve tab in headless Chromium: start a server for the shared config, sweep it, cancel
+a sweep (its slots free), stop the server; and refuse, with the reason, a URL off this
+machine, a loopback port with no server, and a port already in use, leaving the tab usable.
+
+The app runs as a subprocess exactly as a user starts it (see browser.py); it has loaded
+`cpu-default` at startup, so Start serves it at once from the app's pipeline cache.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import httpx
+import pytest
+from browser import open_tab, wait_text
+from playwright.sync_api import Page
+
+from lab.metrics.telemetry import gpu_status
+
+GPU = not gpu_status().startswith("no NVIDIA GPU")
+BUSY, HOST_CHART = (("GPU util %", "GPU telemetry") if GPU else
+                    ("CPU % (no GPU)", "Host telemetry (no GPU)"))
+
+
+def start(page: Page, port: int = 0, expect: str = "Serving") -> str:
+    page.fill("#serve-port input[type=number]", str(port))
+    page.click("#serve-start")
+    return wait_text(page, "#serve-status", expect)
+
+
+def attach(page: Page, url: str, expect: str) -> str:
+    page.fill("#serve-url textarea", url)
+    page.click("#serve-attach")
+    return wait_text(page, "#serve-status", expect)
+
+
+def table_rows(page: Page) -> list[dict[str, str]]:
+    """The results table as the browser shows it, one dict per row, keyed by header."""
+    heads, cells = (page.evaluate(
+        f"() => [...document.querySelectorAll('#serve-table [role={role}]')]"
+        ".map(c => c.innerText.trim())") for role in ("columnheader", "gridcell"))
+    return [dict(zip(heads, cells[i:i + len(heads)], strict=True))
+            for i in range(0, len(cells), len(heads) or 1)]
+
+
+def test_start_sweep_and_stop_a_server(app, page):
+    open_tab(page, app.url, "Serve")
+    status = start(page)
+    assert "Serving cpu-default (piper-vits) at http://127.0.0.1:" in status, status
+    url = re.search(r"http://127\.0\.0\.1:\d+", status).group(0)
+    assert httpx.get(f"{url}/ready", trust_env=False).json()["ready"] is True
+    assert "active slots 0 / 4" in wait_text(page, "#serve-metrics", "active slots")
+    assert f"{url}/v1/audio/speech" in page.inner_text("#serve-curl")
+    assert f'base_url="{url}/v1"' in page.inner_text("#serve-python")
+    again = start(page, expect="already loads")  # one server at a time, still shown
+    assert "⚠️" in again and f"Serving cpu-default (piper-vits) at {url}" in again, again
+
+    page.fill("#serve-concurrency textarea", "1, 2")
+    page.fill("#serve-requests input[type=number]", "2")
+    page.press("#serve-requests input[type=number]", "Enter")
+    page.click("#serve-go")
+    done = wait_text(page, "#serve-sweep-status", "2/2 points", "⚠️")
+    assert "2/2 points" in done and f"telemetry: {gpu_status()}" in done, done
+    page.wait_for_selector("#serve-chart .js-plotly-plot", timeout=30_000)
+    titles = page.inner_text("#serve-chart")
+    assert "TTFA ms (concurrency)" in titles and "streams at real time" in titles
+    assert "errors (concurrency)" in titles
+    assert HOST_CHART in page.inner_text("#serve-telemetry")
+    page.wait_for_selector("#serve-table [role=gridcell]", timeout=30_000)
+    rows = table_rows(page)
+    assert [r["Load"] for r in rows] == ["1 in flight", "2 in flight"], rows
+    for row in rows:
+        assert row["Requests"] == row["OK"] == "2" and row["Errors"] == "0", row
+        assert row["At real time"].endswith("%") and row[BUSY], row
+        assert float(row["TTFA p95 (ms)"].replace(",", "")) > 0, row
+    assert "200: 5" in wait_text(page, "#serve-metrics", "200: 5"), "warm-up + 2 + 2 answered"
+
+    page.fill("#serve-concurrency textarea", "4")
+    page.fill("#serve-requests input[type=number]", "40")
+    page.press("#serve-requests input[type=number]", "Enter")
+    page.click("#serve-go")
+    wait_text(page, "#serve-metrics", "active slots 4 / 4")
+    page.click("#serve-cancel")
+    assert "Cancelled after 0/1 points" in wait_text(page, "#serve-sweep-status", "Cancelled")
+    assert table_rows(page) == [], "the point under way is dropped, not half-reported"
+    wait_text(page, "#serve-metrics", "active slots 0 / 4")  # the dropped requests' slots
+
+    page.click("#serve-stop")
+    assert f"Stopped the server on {url}." in wait_text(page, "#serve-status", "Stopped")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/health", trust_env=False)
+
+
+def test_bad_targets_are_refused_with_the_reason(app, page):
+    open_tab(page, app.url, "Serve")
+    refused = attach(page, "http://example.com:8000", "not a loopback address")
+    assert "⚠️ refusing 'http://example.com:8000'" in refused, refused
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        assert "⚠️ no speech server answers at" in attach(  # bound, nothing answers yet
+            page, f"http://127.0.0.1:{port}", "no speech server")
+        taken.listen()
+        assert "⚠️ cannot listen on" in start(page, port, f"127.0.0.1:{port}:")
+    page.click("#serve-go")
+    assert "start a server or attach to one first" in wait_text(
+        page, "#serve-sweep-status", "⚠️")
+
+    status = start(page)  # after every refusal the tab still serves
+    assert "Serving" in status, status
+    page.click("#serve-stop")
+    assert "Stopped the server on" in wait_text(page, "#serve-status", "Stopped")

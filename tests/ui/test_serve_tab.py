@@ -1,0 +1,103 @@
+"""The Serve tab's plumbing without a browser or a model: what it reads off `/metrics`, the
+sweep it accepts, how fast Cancel ends a point, what it refuses before any socket or load,
+and its wiring into the app's shared knob state."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import socket
+import threading
+import time
+
+import gradio as gr
+import pytest
+
+from lab.bench.loopback import NotLoopback
+from lab.metrics.telemetry import TelemetrySampler
+from lab.serve.admission import Admission
+from lab.serve.metrics import ServerMetrics
+from lab.ui import serve_tab
+from lab.ui.serving import Serving, Target, base_url, highlights, snippets
+
+
+def test_metrics_highlights_read_the_servers_gauges():
+    metrics = ServerMetrics(Admission(slots=4, queue=16, retry_after_s=1), TelemetrySampler())
+    for status in (200, 200, 429):
+        metrics.count(status)
+    line = highlights(metrics.exposition().decode())
+    assert "active slots **0 / 4**" in line and "queue depth **0**" in line
+    assert "requests by status: 200: 2, 429: 1" in line and "no GPU on the server" in line
+    assert "does not report the lab's gauges" in highlights("# a server that is not the lab's\n")
+
+
+@pytest.mark.parametrize(("concurrency", "rates", "sets", "error"), [
+    ("", "", ["short"], "give concurrency levels, arrival rates, or both"),
+    ("1, x", "", ["short"], "concurrency must be comma-separated numbers above 0"),
+    ("0", "", ["short"], "concurrency must be"),
+    ("", "1, -2", ["short"], "arrival rates must be"),
+    ("1", "", [], "pick at least one sentence set"),
+    ("1", "", ["nonsense"], "sentence set 'nonsense' not found"),
+])
+def test_a_sweep_is_checked_before_any_request(concurrency, rates, sets, error):
+    with pytest.raises(ValueError, match=error):
+        serve_tab.make_plan(concurrency, rates, 10, 30, sets)
+
+
+def test_each_point_runs_alone_and_only_the_first_warms_up():
+    plan = serve_tab.make_plan("1, 2", "0.5", 3, 30, ["short"])
+    assert plan.points() == [("closed", 1), ("closed", 2), ("open", 0.5)]
+    cut = [serve_tab.one_point(plan, shape, level, i == 0)
+           for i, (shape, level) in enumerate(plan.points())]
+    assert [p.points() for p in cut] == [[("closed", 1)], [("closed", 2)], [("open", 0.5)]]
+    assert [p.warmup for p in cut] == [serve_tab.WARMUP, 0, 0]
+
+
+def test_cancel_ends_a_point_at_once_and_closes_its_requests():
+    cancel, closed = threading.Event(), []
+
+    async def point():
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            closed.append(True)
+            raise
+
+    threading.Timer(0.1, cancel.set).start()
+    began = time.monotonic()
+    assert serve_tab.run_until(point(), cancel) is None
+    assert closed and time.monotonic() - began < 2
+
+
+def test_only_this_machine_is_attached_to():
+    assert base_url(" http://localhost:8000/v1/audio/speech?x=1 ") == "http://localhost:8000"
+    serving = Serving()
+    for url in ("http://10.0.0.1:8000", "http://127.1:8000", "localhost:8000"):
+        with pytest.raises(NotLoopback):
+            serving.attach(url)
+    assert serving.current is None
+
+
+def test_a_port_in_use_is_refused_before_anything_loads():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(ValueError, match=f"cannot listen on 127.0.0.1:{port}"):
+            Serving().start(port, None, pipeline=lambda: pytest.fail("nothing may load"))
+
+
+def test_snippets_call_the_running_server():
+    target = Target("http://127.0.0.1:8123", "cpu-default", "default", {})
+    curl, python = snippets(target)
+    assert curl.startswith("curl -N http://127.0.0.1:8123/v1/audio/speech ")
+    assert '"model": "cpu-default", "voice": "default"' in curl
+    assert 'base_url="http://127.0.0.1:8123/v1"' in python and 'voice="default"' in python
+    compile(python, "snippet", "exec")
+
+
+def test_the_serve_tab_shares_the_knobs_and_tracks_progress(built_app):
+    (copy,) = built_app.handlers("synth-batch-size", "input")
+    assert built_app.component("serve-batch-size") in copy.outputs
+    for elem_id in ("serve-start", "serve-go"):
+        (handler,) = built_app.handlers(elem_id, "click")
+        defaults = [p.default for p in inspect.signature(handler.fn).parameters.values()]
+        assert any(isinstance(d, gr.Progress) and d.track_tqdm for d in defaults), elem_id
