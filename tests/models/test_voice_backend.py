@@ -12,6 +12,8 @@ from lab.device import native_bf16
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.request import SamplingParams
 from lab.engine.weights import WeightsError
+from lab.models.latent_codec import load_codebooks
+from lab.models.latent_decoder import LatentDecoder, save_decoder
 from lab.models.piper_voice import load_voice
 from lab.models.voice_backend import (
     CODEBOOK_FILE,
@@ -84,15 +86,21 @@ def test_a_broken_weights_file_is_refused_by_name(tmp_path):
         Pipeline(load_preset("ar-voice-cpu", model=str(tmp_path / "absent")))
 
 
-def test_the_shipped_codec_decodes_through_its_learned_decoder(tmp_path):
+def test_a_voice_folder_with_a_learned_decoder_decodes_through_it(tmp_path):
+    """The shipped voice decodes by the plain sum of rows; a folder that holds a decoder
+    beside the LM and codebooks uses it, and a broken one is refused by name."""
     cfg = load_preset("ar-voice-cpu")
-    tts, _ = build_tts(cfg, torch.device("cpu"), load_voice(teacher_voice(cfg)))
-    assert tts.codec.decoder is not None
+    voice = load_voice(teacher_voice(cfg))
+    assert build_tts(cfg, torch.device("cpu"), voice)[0].codec.decoder is None
     for name in (LM_FILE, CODEBOOK_FILE):
         shutil.copy(WEIGHTS_DIR / name, tmp_path / name)
-    (tmp_path / DECODER_FILE).write_bytes((WEIGHTS_DIR / DECODER_FILE).read_bytes()[:4096])
+    books = load_codebooks(WEIGHTS_DIR / CODEBOOK_FILE)
+    save_decoder(LatentDecoder.from_codebooks(books, hidden=8), tmp_path / DECODER_FILE)
+    folder = load_preset("ar-voice-cpu", model=str(tmp_path))
+    assert build_tts(folder, torch.device("cpu"), voice)[0].codec.decoder is not None
+    (tmp_path / DECODER_FILE).write_bytes((tmp_path / DECODER_FILE).read_bytes()[:4096])
     with pytest.raises(CodecError, match="decoder.safetensors"):
-        Pipeline(load_preset("ar-voice-cpu", model=str(tmp_path)))
+        Pipeline(folder)
 
 
 def test_in_bf16_the_codec_stays_fp32_where_the_cpu_emulates_bf16():
