@@ -13,15 +13,20 @@ book in the data directory, where the app reads them too.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from lab.bench import loadtest
 from lab.config import ConfigError, PipelineConfig, list_presets, load_preset
 from lab.data_dir import data_dir as data_dir_of
+
+if TYPE_CHECKING:
+    from lab.serve import ServeOptions
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
 
@@ -272,16 +277,21 @@ def cmd_serve(args: argparse.Namespace) -> None:
     """
     from lab.pipeline import Pipeline, describe_startup
     from lab.serve import LabServer, ServeOptions
+    from lab.serve.memory_plan import plan_memory
     from lab.serve.server import listen
 
     cfg = _config(args)
     options = ServeOptions(slots=args.slots, queue=args.queue, deadline_s=args.deadline,
                            model_name=Path(str(args.preset)).stem)
+    if args.replicas is not None:
+        _serve_replicas(cfg, options, args)
+        return
     listener = listen(args.host, args.port)
-    if args.host not in LOOPBACK:
-        print(f"warning: listening on {args.host}: the server has no authentication; anyone "
-              "who reaches the port can use it", file=sys.stderr)
-    pipe = Pipeline(cfg, on_stage=print)
+    _warn_if_exposed(args.host)
+    plan = plan_memory(cfg, slots=options.slots)
+    print(plan.summary())
+    options = dataclasses.replace(options, slots=plan.slots)
+    pipe = Pipeline(plan.apply(cfg), on_stage=print)
     print(describe_startup(pipe.startup))
     for note in pipe.fallbacks:
         print(f"fallback: {note}")
@@ -295,6 +305,32 @@ def cmd_serve(args: argparse.Namespace) -> None:
     finally:
         pipe.close()
     print("stopped: the requests in flight have finished")
+
+
+def _warn_if_exposed(host: str) -> None:
+    if host not in LOOPBACK:
+        print(f"warning: listening on {host}: the server has no authentication; anyone "
+              "who reaches the port can use it", file=sys.stderr)
+
+
+def _serve_replicas(cfg: PipelineConfig, options: ServeOptions,
+                    args: argparse.Namespace) -> None:
+    """`lab serve --replicas N`: the same API from N processes behind Ray Serve's proxy, on a
+    local Ray cluster that lives as long as this command (see lab/serve/replicas.py)."""
+    from lab.serve.replicas import LabReplicas
+
+    replicas = LabReplicas(cfg, options, args.replicas, args.host, args.port)
+    _warn_if_exposed(args.host)
+    place = replicas.placement
+    each = "one GPU" if place.gpus else f"{place.threads} CPU thread(s)"
+    print(f"starting a local Ray cluster: {place.replicas} replica(s) of {args.preset}, "
+          f"{each} each; every replica loads and warms up its own pipeline", flush=True)
+    replicas.start()
+    print(f"serving {replicas.url}/v1/audio/speech ({place.replicas} replicas behind Ray "
+          f"Serve, each with its own slots and a queue of {options.queue}, deadline "
+          f"{options.deadline_s:g} s); Ctrl-C drains and stops", flush=True)
+    replicas.run()
+    print("stopped: the requests in flight have finished and the Ray cluster is shut down")
 
 
 def cmd_presets(_: argparse.Namespace) -> None:
@@ -369,12 +405,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="address to listen on (default: loopback only)")
     serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     serve.add_argument("--slots", type=int, default=None,
-                       help="streams served at once (default: an autoregressive family's "
-                            "batch_size, else 4)")
+                       help="streams served at once (default: the memory plan's, printed at "
+                            "start; see docs/serving.md)")
     serve.add_argument("--queue", type=int, default=16,
                        help="requests that may wait for a slot; beyond them 429")
     serve.add_argument("--deadline", type=float, default=300.0,
                        help="seconds a request may take from arrival to its last byte")
+    serve.add_argument("--replicas", type=int, default=None,
+                       help="serve from N processes behind Ray Serve's proxy on a local Ray "
+                            "cluster: one GPU each where the preset runs on CUDA, else a share "
+                            "of the CPU cores each (default: one process, no Ray)")
     serve.set_defaults(func=cmd_serve)
 
     load = sub.add_parser("loadtest", help="load a speech server on this machine (loopback "
