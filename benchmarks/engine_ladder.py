@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from lab.bench.report import anomaly_lines
 from lab.engine import (
     LM_SHAPES,
     GraphedDecoder,
@@ -539,10 +540,7 @@ def _header(report) -> list[str]:
              "- Baseline: " + report.get("baseline", _baseline(report))]
     if report.get("view_of"):
         lines.append(f"- This file: {report['view_of']}")
-    anomalies = report.get("anomalies") or []
-    lines.append("- Anomalies:" + (" none seen" if not anomalies else ""))
-    lines += [f"  - {x}" for x in anomalies]
-    return lines
+    return lines + anomaly_lines(report)
 
 
 def _baseline(report) -> str:

@@ -42,7 +42,7 @@ import yaml
 from lab.bench.load_report import RequestRecord, summarize, table_rows
 from lab.bench.loadtest import LoadPlan, SpeechTarget, draw_texts, run_load
 from lab.bench.playback import Timeline
-from lab.bench.report import markdown_table, run_meta
+from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset
 from lab.metrics.repeats import pinned_threads
 from lab.models.registry import family
@@ -165,15 +165,11 @@ def header(result: dict) -> list[str]:
              f"warm-up request(s); sentences from {', '.join(plan.get('texts', []))}, "
              f"seed {plan.get('seed')}",
              f"- Baseline: {result.get('baseline')}"]
-    anomalies = result.get("anomalies") or []
-    lines.append("- Anomalies:" + (" none seen" if not anomalies else ""))
-    lines += [f"  - {a}" for a in anomalies]
-    return lines
+    return lines + anomaly_lines(result)
 
 
 def write(result: dict, out: Path, stem: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_json(result, out, stem)
     parts = [f"# Serving under load ({result['meta'].get('device', '')})", *header(result), "",
              markdown_table(result["table"]), "\n\n".join(result.get("notes", []))]
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")

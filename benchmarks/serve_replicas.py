@@ -28,7 +28,7 @@ import yaml
 
 from lab.bench.load_report import RequestRecord, table_rows
 from lab.bench.loadtest import LoadPlan, SpeechTarget, run_load
-from lab.bench.report import markdown_table, run_meta
+from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset
 from lab.serve import ServeOptions
 from lab.serve.replicas import LabReplicas, Placement
@@ -123,15 +123,11 @@ def header(result: dict) -> list[str]:
              f"{', '.join(plan['texts'])}, seed {plan['seed']}; format {meta['format']}",
              f"- Baseline: {result['baseline']}",
              f"- Note: {result['notes'][0]}"]
-    anomalies = result.get("anomalies") or []
-    lines.append("- Anomalies:" + (" none seen" if not anomalies else ""))
-    lines += [f"  - {a}" for a in anomalies]
-    return lines
+    return lines + anomaly_lines(result)
 
 
 def write(result: dict, out: Path, stem: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_json(result, out, stem)
     parts = [f"# Replicas behind Ray Serve ({result['meta']['device']})", "", *header(result),
              "", markdown_table(result["rows"], columns=COLUMNS),
              "\n\n".join(result["notes"][1:])]

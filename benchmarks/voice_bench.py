@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lab.bench.report import markdown_table, run_meta
+from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
 from lab.bench.runner import summarize
 from lab.config import PipelineConfig
 from lab.frontend import sentence_set
@@ -363,15 +363,11 @@ def header(result: dict) -> list[str]:
     for key, label in (("weights", "Weights"), ("baseline", "Baseline")):
         if result.get(key):
             lines.append(f"- {label}: {result[key]}")
-    anomalies = result.get("anomalies") or []
-    lines.append("- Anomalies:" + (" none seen" if not anomalies else ""))
-    lines += [f"  - {a}" for a in anomalies]
-    return lines
+    return lines + anomaly_lines(result)
 
 
 def write(result: dict, out: Path, stem: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_json(result, out, stem)
     speed = with_baseline(result["speed"])
     cols = [c for c in SPEED_COLS if any(r.get(c) is not None for r in speed)]
     ttfb_cols = [c for c in ("dtype", "compile", "mode", "ttfb_ms_p50", "ttfb_ms_range",

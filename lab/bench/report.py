@@ -143,6 +143,20 @@ def markdown_table(rows: Sequence[object], columns: Sequence[str] | None = None)
     return "\n".join(lines) + "\n"
 
 
+def anomaly_lines(result: dict) -> list[str]:
+    """A results header's anomalies: a bullet with one sub-bullet each, or "none seen", so a
+    reader never mistakes a run with no remarks for one nobody looked at."""
+    anomalies = result.get("anomalies") or []
+    return ["- Anomalies:" + (" none seen" if not anomalies else ""),
+            *(f"  - {a}" for a in anomalies)]
+
+
+def write_json(result: dict, out: Path, stem: str) -> None:
+    """`<stem>.json` under `out`, the source a `--render` rewrites the markdown from."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+
 def _check_stem(stem: str) -> None:
     if not stem or stem != Path(stem).name or stem in (".", ".."):
         raise ValueError(f"report stem {stem!r} must be a plain file name without folders")

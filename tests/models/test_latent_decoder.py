@@ -1,15 +1,13 @@
 """The codec's learned decoder: starts as the plain k-means decode, keeps streaming exact, and
 its file is refused by name when it is wrong."""
 
-import math
-
 import pytest
 import torch
 
 from lab.models.latent_codec import LatentCodec, dequantize
 from lab.models.latent_decoder import LatentDecoder, load_decoder, save_decoder
 from lab.models.piper_voice import load_voice
-from lab.stream.codec_stream import CodecError, StreamingDecoder, StreamWindow
+from lab.stream.codec_stream import CodecError, StreamWindow
 
 
 @pytest.fixture(scope="module")
@@ -49,21 +47,10 @@ def test_the_correction_reaches_only_its_stated_frames(trained):
     assert moved.max() < 2 + trained.shape.reach   # group 0 is frames 0-1
 
 
-def test_streamed_windows_with_a_trained_decoder_join_the_one_shot_decode(books, trained):
+def test_streamed_windows_with_a_trained_decoder_join_the_one_shot_decode(books, trained,
+                                                                         streamed_snr):
     codec = LatentCodec(books, load_voice().model.dec, decoder=trained)
-    c = codes(23, 3)
-    whole = codec.decode(c)[0]
-    stream = StreamingDecoder(codec, StreamWindow(hop=4, left=4, right=4))
-    stream.open("s")
-    pieces = []
-    for start in range(0, 23, 5):
-        stream.push("s", c[0, start:start + 5])
-        pieces += stream.decode_due()
-    stream.close("s")
-    pieces += stream.decode_due()
-    joined = torch.cat([p.audio for p in sorted(pieces, key=lambda p: p.index)])
-    snr = 10 * math.log10(whole.pow(2).sum() / (whole - joined).pow(2).sum().clamp_min(1e-20))
-    assert snr > 40
+    assert streamed_snr(codec, codes(23, 3), StreamWindow(hop=4, left=4, right=4)) > 40
 
 
 def test_decoder_files_round_trip(tmp_path, books, trained):
