@@ -38,6 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ROOT / "lab" / "data" / "sentences"
 MODEL = "cpu-default"
 RSS_TOLERANCE = 0.10
+TREND_EVERY = 100
+"""Requests between two readings of the server's RSS: a leak climbs at every reading, while an
+allocator that settles rises early and then stays."""
 START_TIMEOUT_S = 600
 SHARES = {"good": 0.6, "bad": 0.25, "disconnect": 0.15}
 
@@ -245,6 +248,8 @@ def markdown(report: dict) -> str:
             ("RSS after warm-up", f"{report['rss_warm_mb']:.0f} MB"),
             ("RSS at the end", f"{report['rss_end_mb']:.0f} MB "
                                f"({100 * report['rss_change']:+.1f}%)"),
+            (f"RSS every {TREND_EVERY} requests", " ".join(
+                f"{mb:.0f}" for _, mb in report.get("rss_trend_mb", [])) + " MB"),
             ("good latency p50 / p95", f"{s['good_latency_p50_s']:.2f} / "
                                        f"{s['good_latency_p95_s']:.2f} s"),
             ("good first byte p50 / p95 (wav, pcm)", f"{s['good_ttfb_p50_s']:.2f} / "
@@ -294,10 +299,13 @@ def main() -> int:
         outcomes = run_batch(server.url, ["good"] * warmup, seeds[:warmup], pool,
                              args.concurrency, stop_at)
         rss_warm = server.rss()
-        rest = slice(warmup, None)
-        print(f"soaking with {len(kinds[rest])} requests", flush=True)
-        outcomes += run_batch(server.url, kinds[rest], seeds[rest], pool, args.concurrency,
-                              stop_at)
+        trend = [(len(outcomes), rss_warm / 2**20)]
+        print(f"soaking with {len(kinds) - warmup} requests", flush=True)
+        for start in range(warmup, len(kinds), TREND_EVERY):
+            part = slice(start, start + TREND_EVERY)
+            outcomes += run_batch(server.url, kinds[part], seeds[part], pool, args.concurrency,
+                                  stop_at)
+            trend.append((len(outcomes), server.rss() / 2**20))
         active_after = wait_for_idle(server.url)
         rss_end = server.rss()
     finally:
@@ -311,6 +319,7 @@ def main() -> int:
         "seed": args.seed, "wall_s": time.monotonic() - started,
         "active_slots_after": active_after, "rss_warm_mb": rss_warm / 2**20,
         "rss_end_mb": rss_end / 2**20, "rss_change": change, "server_exit": exit_code,
+        "rss_trend_mb": [[n, round(mb, 1)] for n, mb in trend],
         "summary": summary,
         "checks": {"no 5xx for good input": summary["good_5xx"] == 0,
                    "every good input finished": not (summary["good_not_200"]

@@ -45,13 +45,18 @@ class TokenRate:
         self._done: deque[tuple[float, float]] = deque()
 
     def add(self, tokens: float) -> None:
+        """Old entries go as new ones come, so a server nobody scrapes holds a window's worth."""
         self._done.append((time.monotonic(), tokens))
+        self._drop_old()
 
     def rate(self) -> float:
+        self._drop_old()
+        return sum(tokens for _, tokens in self._done) / self.window_s
+
+    def _drop_old(self) -> None:
         cutoff = time.monotonic() - self.window_s
         while self._done and self._done[0][0] < cutoff:
             self._done.popleft()
-        return sum(tokens for _, tokens in self._done) / self.window_s
 
 
 class DeviceCollector(Collector):
