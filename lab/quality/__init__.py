@@ -1,25 +1,35 @@
-"""Quality meters: MOS proxy, intelligibility and fidelity, and the verdict on an optimisation.
+"""Quality meters: MOS proxy, intelligibility and fidelity, and the verdict on an optimisation."""
 
-Names load from their modules on first use: importing one light piece (the mel filterbank,
-say) must not load the recogniser and the MOS models, which a GPU training machine lacks.
-"""
+from lab.quality.asr import transcribe
+from lab.quality.audio import AudioError
+from lab.quality.fidelity import Fidelity, fidelity, mel_cepstral_distortion
+from lab.quality.mos import MosScores, dnsmos
+from lab.quality.report import (
+    Check,
+    QualityReport,
+    QualityScores,
+    compare,
+    evaluate,
+    mean_scores,
+)
+from lab.quality.text_compare import TextCompareError, cer, normalize_text, wer
 
-from importlib import import_module
-
-_HOMES = {
-    "transcribe": "asr",
-    "AudioError": "audio",
-    "Fidelity": "fidelity", "fidelity": "fidelity", "mel_cepstral_distortion": "fidelity",
-    "MosScores": "mos", "dnsmos": "mos",
-    "Check": "report", "QualityReport": "report", "QualityScores": "report",
-    "compare": "report", "evaluate": "report", "mean_scores": "report",
-    "TextCompareError": "text_compare", "cer": "text_compare",
-    "normalize_text": "text_compare", "wer": "text_compare",
-}
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'lab.quality' has no attribute {name!r}")
-    return getattr(import_module(f"lab.quality.{_HOMES[name]}"), name)
+__all__ = [
+    "AudioError",
+    "Check",
+    "Fidelity",
+    "MosScores",
+    "QualityReport",
+    "QualityScores",
+    "TextCompareError",
+    "cer",
+    "compare",
+    "dnsmos",
+    "evaluate",
+    "fidelity",
+    "mean_scores",
+    "mel_cepstral_distortion",
+    "normalize_text",
+    "transcribe",
+    "wer",
+]

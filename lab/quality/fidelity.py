@@ -25,7 +25,8 @@ from scipy.fft import dct
 from scipy.signal import correlate
 from scipy.spatial.distance import cdist
 
-from lab.quality.audio import METER_RATE, AudioError, mel_filterbank, power_spectrogram, prepare
+from lab.mel import mel_filterbank
+from lab.quality.audio import METER_RATE, AudioError, power_spectrogram, prepare
 
 MCD_FFT = 512
 MCD_WINDOW = 400

@@ -20,7 +20,8 @@ from importlib.resources import files
 import numpy as np
 import onnxruntime as ort
 
-from lab.quality.audio import METER_RATE, mel_filterbank, power_spectrogram, prepare
+from lab.mel import mel_filterbank
+from lab.quality.audio import METER_RATE, power_spectrogram, prepare
 
 WINDOW_SECONDS = 9.01
 WINDOW = int(WINDOW_SECONDS * METER_RATE)

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lab.mel import mel_filterbank
 from lab.models.latent_codec import HOP, group_latents
 from lab.models.latent_decoder import LatentDecoder
-from lab.quality.audio import mel_filterbank
 
 STATE_FILE = "decoder_state.pt"
 LOG_FILE = "log.jsonl"

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from lab.mel import mel_filterbank
 from lab.quality.audio import (
     METER_RATE,
     AudioError,
-    mel_filterbank,
     power_spectrogram,
     prepare,
     to_pcm16,

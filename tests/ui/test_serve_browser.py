@@ -103,7 +103,7 @@ def test_bad_targets_are_refused_with_the_reason(app, page):
         assert "⚠️ no speech server answers at" in attach(  # bound, nothing answers yet
             page, f"http://127.0.0.1:{port}", "no speech server")
         taken.listen()
-        assert "⚠️ cannot listen on" in start(page, port, f"127.0.0.1:{port}:")
+        assert f"⚠️ cannot listen on 127.0.0.1:{port}" in start(page, port, "cannot listen")
     page.click("#serve-go")
     assert "start a server or attach to one first" in wait_text(
         page, "#serve-sweep-status", "⚠️")
