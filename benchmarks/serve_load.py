@@ -26,12 +26,8 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import shlex
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -47,10 +43,9 @@ from lab.config import PipelineConfig, load_preset
 from lab.metrics.repeats import pinned_threads
 from lab.models.registry import family
 from lab.pipeline import Pipeline
+from lab.serve.child import ServeProcess
 from lab.serve.offer import SINGLE_SPEAKER_VOICES
 
-SERVING = re.compile(r"serving (http://\S+?)/v1/audio/speech")
-START_TIMEOUT_S = 600.0
 LAG_NOTE_MS = 50.0
 NOTES = [
     "ttfa and latency run from when a request was due (its arrival time in the open loop, the "
@@ -95,47 +90,14 @@ def _one_in_process(pipe: Pipeline, text: str) -> RequestRecord:
         margin_s=timeline.margin_s(), error=error)
 
 
-class ServerProcess:
-    """`lab serve` in a child process; its output goes to a log file, read for its URL."""
-
-    def __init__(self, preset: str, overrides: list[str], threads: int, slots: int | None,
-                 queue: int) -> None:
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="serve_load_", suffix=".log",
-                                               delete=False)
-        command = [sys.executable, "-m", "lab.cli", "serve", "--preset", preset,
-                   "--host", "127.0.0.1", "--port", "0", "--queue", str(queue)]
-        command += [arg for pair in overrides for arg in ("--set", pair)]
-        command += ["--slots", str(slots)] if slots else []
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=env, text=True)
-        self.url = self._wait_for_url()
-
-    def _wait_for_url(self) -> str:
-        waited = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < waited and self.proc.poll() is None:
-            found = SERVING.search(Path(self.log.name).read_text())
-            if found:
-                return found.group(1)
-            time.sleep(0.2)
-        tail = Path(self.log.name).read_text()[-2000:]
-        self.stop()
-        raise RuntimeError(f"lab serve did not start; its log ended:\n{tail}")
-
-    def ready(self) -> dict:
-        return httpx.get(f"{self.url}/ready", trust_env=False, timeout=10).json()
-
-    def stop(self) -> None:
-        """SIGTERM (the server drains its requests), a kill after a minute; drop the log."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
+def serve(preset: str, overrides: list[str], threads: int, slots: int | None,
+          queue: int) -> ServeProcess:
+    """`lab serve` for the preset on a free loopback port, its threads pinned."""
+    args = ["--preset", preset, "--host", "127.0.0.1", "--port", "0", "--queue", str(queue)]
+    args += [arg for pair in overrides for arg in ("--set", pair)]
+    args += ["--slots", str(slots)] if slots else []
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return ServeProcess(args, env=env)
 
 
 def anomalies_of(rows: list[dict]) -> list[str]:
@@ -181,15 +143,15 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
                                       (pair.split("=", 1) for pair in args.set)})
     with pinned_threads(args.threads) as threads:
         local, local_wall_s = status_quo(cfg, plan)
-    server = ServerProcess(args.preset, args.set, threads, args.slots, args.queue)
+    server = serve(args.preset, args.set, threads, args.slots, args.queue)
     try:
-        ready = server.ready()
+        ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         voice = cfg.voice if family(cfg.family).supports("voice") else SINGLE_SPEAKER_VOICES[0]
         target = SpeechTarget(f"{server.url}/v1/audio/speech", "", voice, args.format,
                               ready.get("sample_rate", 22050), args.timeout)
         loaded = asyncio.run(run_load(target, plan))
     finally:
-        server.stop()
+        server.stop(timeout_s=60)
     if loaded.warmup_errors and not loaded.rows:
         raise RuntimeError(f"every warm-up request failed ({', '.join(loaded.warmup_errors)}); "
                            "nothing was measured")

@@ -20,9 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -31,8 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
-import psutil
 from prometheus_client.parser import text_string_to_metric_families
+
+from lab.serve.child import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ROOT / "lab" / "data" / "sentences"
@@ -41,7 +39,6 @@ RSS_TOLERANCE = 0.10
 TREND_EVERY = 100
 """Requests between two readings of the server's RSS: a leak climbs at every reading, while an
 allocator that settles rises early and then stays."""
-START_TIMEOUT_S = 600
 SHARES = {"good": 0.6, "bad": 0.25, "disconnect": 0.15}
 
 
@@ -149,39 +146,6 @@ def metric(url: str, name: str) -> float | None:
             if sample.name == name:
                 return sample.value
     return None
-
-
-class ServerProcess:
-    """`lab serve` in a child process; its output is kept for the report."""
-
-    def __init__(self, slots: int | None) -> None:
-        cmd = [sys.executable, "-m", "lab.cli", "serve", "--preset", MODEL, "--port", "0"]
-        cmd += ["--slots", str(slots)] if slots else []
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        self.url: str | None = None
-        self._ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self._ready.wait(START_TIMEOUT_S) or self.url is None:
-            self.proc.kill()
-            raise SystemExit("the server did not start:\n" + "".join(self.lines[-20:]))
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            found = re.search(r"serving (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                self.url = found.group(1)
-                self._ready.set()
-        self._ready.set()
-
-    def rss(self) -> int:
-        return psutil.Process(self.proc.pid).memory_info().rss
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(120)
 
 
 def run_batch(url: str, kinds: list[str], seeds: list[int], pool: list[str], concurrency: int,
@@ -293,7 +257,8 @@ def main() -> int:
     pool = texts()
     started = time.monotonic()
     stop_at = started + args.max_seconds
-    server = ServerProcess(args.slots)
+    server = ServeProcess(["--preset", MODEL, "--port", "0",
+                           *(["--slots", str(args.slots)] if args.slots else [])])
     try:
         print(f"server at {server.url}; warming up with {warmup} requests", flush=True)
         outcomes = run_batch(server.url, ["good"] * warmup, seeds[:warmup], pool,
