@@ -10,9 +10,9 @@ each temperature, same seeds, and the teacher (the embedded Piper voice) once; m
 with DNSMOS OVRL and pocketsphinx WER. The teacher's own WER is the recogniser's floor on these
 texts: the voice's gap to the teacher is what its training left, the floor is the meter's.
 `--sets` scores the lab's own sentence sets instead, once a temperature is chosen: the verdict on
-the sentences every other table reports. `--decoder PATH` adds, per temperature, the same tokens
-decoded by a learned codec decoder (`lab.models.latent_decoder`) instead of the plain sum of
-codebook rows: what that decoder is worth on the voice's own speech.
+the sentences every other table reports. `--plain-sum` adds, per temperature, the same tokens
+decoded by the plain sum of codebook rows instead of the voice's learned codec decoder
+(`lab.models.latent_decoder`): what that decoder is worth on the voice's own speech.
 Writes <stem>.json and <stem>.md.
 """
 
@@ -31,7 +31,7 @@ from tqdm import tqdm
 from lab.bench.report import markdown_table, run_meta
 from lab.config import load_preset
 from lab.frontend import sentence_set
-from lab.models.voice_backend import CODEBOOK_FILE, DECODER_FILE, LM_FILE, WEIGHTS_DIR
+from lab.models.voice_backend import CODEBOOK_FILE, LM_FILE, WEIGHTS_DIR
 from lab.pipeline import Pipeline
 from lab.quality.report import evaluate
 from lab.training.textgen import make_split
@@ -56,11 +56,10 @@ def scored(pipe: Pipeline, texts: list[str], label: str) -> dict:
             "audio_s": round(sum(len(t.audio) / t.sample_rate for t in takes), 1)}
 
 
-def with_decoder(decoder: Path, folder: Path) -> Path:
-    """The shipped LM and codebooks with a learned decoder beside them, in `folder`."""
+def without_decoder(folder: Path) -> Path:
+    """The shipped LM and codebooks without the learned decoder, in `folder`."""
     for name in (LM_FILE, CODEBOOK_FILE):
         shutil.copy(WEIGHTS_DIR / name, folder / name)
-    shutil.copy(decoder, folder / DECODER_FILE)
     return folder
 
 
@@ -70,8 +69,8 @@ def main() -> None:
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.4, 0.7, 1.0])
     ap.add_argument("--sets", nargs="*", default=[], help="the lab's sets instead of generated")
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--decoder", type=Path,
-                    help="also decode the same tokens with this learned codec decoder")
+    ap.add_argument("--plain-sum", action="store_true",
+                    help="also decode the same tokens by the plain sum of codebook rows")
     ap.add_argument("--stem", default="voice_sampling")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = ap.parse_args()
@@ -83,18 +82,18 @@ def main() -> None:
         rows.append(scored(teacher, texts, "teacher"))
     finally:
         teacher.close()
-    learned = with_decoder(args.decoder, Path(tempfile.mkdtemp())) if args.decoder else None
-    for temperature, model in [(t, m) for t in args.temperatures for m in ("default", learned)
+    plain = without_decoder(Path(tempfile.mkdtemp())) if args.plain_sum else None
+    for temperature, model in [(t, m) for t in args.temperatures for m in ("default", plain)
                                if m]:
         voice = Pipeline(load_preset("ar-voice-cpu", batch_size=args.batch_size, model=str(model),
                                      **{"sampling.temperature": temperature}))
-        label = f"temperature {temperature}" + (", learned decoder" if model != "default" else "")
+        label = f"temperature {temperature}" + (", plain sum" if model != "default" else "")
         try:
             rows.append(scored(voice, texts, label))
         finally:
             voice.close()
     choice = f"--sets {' '.join(args.sets)}" if args.sets else f"--sentences {args.sentences}"
-    choice += f" --decoder {args.decoder}" if args.decoder else ""
+    choice += " --plain-sum" if args.plain_sum else ""
     floor = rows[0]["wer"]
     for row in rows:
         row["wer_above_teacher"] = round(row["wer"] - floor, 3)

