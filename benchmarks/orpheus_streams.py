@@ -1,36 +1,53 @@
 """How many Orpheus voices can one GPU keep in real time, SNAC decoding included?
 
-N utterances start together and run through the continuous-batching engine (Orpheus-3B shape,
-dummy weights, static slot cache, graphed decode); every frame goes through the windowed,
-batched SNAC decode as it would when serving. Reported per N: per-stream tokens/s (82 tokens/s
-is real time: 7 tokens per 85.3 ms frame), aggregate tokens/s, time to first audio p50/p95,
-and the codec's share of the wall time. A codec micro-benchmark times one batched window decode
-at 1/16/64 streams eager and compiled, and a quality check measures how closely each streaming
-window reproduces a one-shot decode (SNR).
+Every run goes through the continuous-batching engine (Orpheus-3B shape, dummy weights, static
+slot cache, graphed decode), and every frame through the windowed, batched SNAC decode as it
+would when serving. 82 tokens/s is real time: 7 tokens per 85.3 ms frame.
 
-Streams that start together with the same length share every decode step, so any whole-life
-average is the same for all of them. The per-stream minimum is therefore taken over time: each
-stream is played from its first chunk on, and its rate is the worst, over its chunks, of audio
-delivered so far over time elapsed (in tokens/s; at least 82 means it never runs dry). Each N
-runs `--repeats` times: figures are medians over repeats, with the min-max in `spread`.
+The headline is open loop, as users load a server: requests arrive as a Poisson process at
+each `--arrivals` rate for `--duration` seconds and join the running batch when they arrive,
+so prefills land mid-run and codec windows fall due at scattered steps. Arrivals keep to the
+wall clock whatever the engine does; a late engine makes requests wait, and time to first audio
+counts that wait, from each request's arrival. Reported per rate: streams in flight (mean over
+the arrival window, and peak), time to first audio, each stream's delivered rate (below), the
+decode step times and where the wall time went.
 
-    python benchmarks/orpheus_streams.py                 # GPU, full size
-    python benchmarks/orpheus_streams.py --smoke         # CPU, tiny shapes, seconds
+Second, N utterances start together on the same step, which flatters the engine (their codec
+windows fall due together, no prefill interrupts decoding). Reported per N: per-stream and
+aggregate tokens/s, time to first audio p50/p95 and the codec's share of the wall time. A codec
+micro-benchmark times one batched window decode at 1/16/64 streams eager and compiled, and a
+quality check measures how closely each streaming window reproduces a one-shot decode (SNR).
+
+A stream's delivered rate is taken over time: it is played from its first chunk on, and its
+rate is the worst, over its chunks, of audio delivered so far over time elapsed (in tokens/s;
+at least 82 means it never runs dry). Streams that start together with the same length share
+every decode step, so any whole-life average would be the same for all of them. Each rate and
+each N runs `--repeats` times: figures are medians over repeats, with the min-max in `spread`.
+
+    python benchmarks/orpheus_streams.py                                # GPU, full size
+    python benchmarks/orpheus_streams.py --arrivals 4,8 --streams ''    # open loop only
+    python benchmarks/orpheus_streams.py --smoke                        # CPU, tiny, seconds
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import math
 import shlex
 import statistics
 import sys
 import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from lab.bench.arrivals import poisson_arrivals
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.request import SamplingParams
 from lab.engine.weights import load_lm
@@ -74,7 +91,17 @@ class SubwordStandIn:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, runs in seconds")
-    p.add_argument("--streams", default="1,16,64,100,128", help="concurrent stream counts")
+    p.add_argument("--arrivals", default="4,8,16,32",
+                   help="open-loop Poisson arrival rates per second ('' to skip)")
+    p.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals per rate")
+    p.add_argument("--tokens", type=int, default=420, help="tokens per open-loop request")
+    p.add_argument("--seed", type=int, default=0, help="seed of the arrival schedule")
+    p.add_argument("--drain-timeout", type=float, default=60.0,
+                   help="seconds after the arrivals end that streams still in flight may take")
+    p.add_argument("--streams", default="1,16,64,100,128",
+                   help="simultaneous-start stream counts ('' to skip)")
+    p.add_argument("--slots", type=int, default=0,
+                   help="engine slots (0: the largest --streams count)")
     p.add_argument("--frames", type=int, default=60, help="audio frames per stream (7 tokens)")
     p.add_argument("--max-len", type=int, default=0, help="cache length (0: fit the run)")
     p.add_argument("--decode-mode", default="cuda-graph", help="LM decode step mode")
@@ -92,9 +119,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.smoke:
         args.streams, args.frames, args.decode_mode = "1,4", 4, "eager"
+        args.arrivals, args.duration, args.tokens, args.drain_timeout = "5,20", 1.0, 28, 10.0
         args.snac_compile, args.dtype, args.repeats = "none", "fp32", 1
         args.threads = 1  # tiny shapes: more threads only add contention
+    streams = counts(args.streams, int)
+    args.slots = args.slots or max(streams, default=0)
+    if args.slots < max(streams, default=1):
+        p.error(f"--slots {args.slots} cannot hold the --streams counts {args.streams!r}")
     return args
+
+
+def counts(text: str, kind: type) -> list:
+    """A comma-separated list of numbers; empty text skips that part of the benchmark."""
+    return [kind(x) for x in text.split(",") if x.strip()]
 
 
 def window_of(text: str) -> StreamWindow:
@@ -143,6 +180,19 @@ def playback(arrivals: list[tuple[float, int]], sample_rate: int) -> tuple[float
     return None if math.isinf(rate) else (rate * REALTIME_TOKENS_PER_S, late)
 
 
+def timed_step(tts: TokenTTS, deliveries: dict[str, list]) -> tuple[float, bool]:
+    """One step: its wall ms and whether it launched a prefill. Each audio chunk it returns is
+    logged under its stream in `deliveries` as (time, samples), the input of `playback`."""
+    prefilled = tts.engine.stats.prefill_tokens
+    t0 = time.perf_counter()
+    chunks = tts.step()
+    now = time.perf_counter()
+    for chunk in chunks:
+        if len(chunk.audio) and chunk.stream_id in deliveries:
+            deliveries[chunk.stream_id].append((now, len(chunk.audio)))
+    return (now - t0) * 1e3, tts.engine.stats.prefill_tokens > prefilled
+
+
 def run_streams(tts: TokenTTS, n: int, tokens: int, device: torch.device) -> dict:
     """Start n utterances together and run them to the end; latency and throughput figures."""
     from torch._dynamo.utils import counters
@@ -156,13 +206,7 @@ def run_streams(tts: TokenTTS, n: int, tokens: int, device: torch.device) -> dic
                       SamplingParams(max_tokens=tokens, seed=i)) for i in range(n)]
     steps, arrivals = [], {i: [] for i in ids}
     while tts.has_unfinished():
-        t0 = time.perf_counter()
-        chunks = tts.step()
-        now = time.perf_counter()
-        steps.append((now - t0) * 1e3)
-        for chunk in chunks:
-            if len(chunk.audio):
-                arrivals[chunk.stream_id].append((now, len(chunk.audio)))
+        steps.append(timed_step(tts, arrivals)[0])
     sync(device)
     wall = time.perf_counter() - start
     requests = [tts.engine.release(i) for i in ids]
@@ -197,20 +241,187 @@ SPREAD_KEYS = ("per_stream_tok_s_min", "per_stream_tok_s_p50", "aggregate_tok_s"
 PER_RUN_KEYS = (*SPREAD_KEYS, "stalled_streams", "slowest_step", "recompiles")
 
 
-def repeated_streams(tts: TokenTTS, n: int, tokens: int, device: torch.device,
-                     repeats: int) -> dict:
-    """`run_streams` `repeats` times: each figure is the median run's, with its min-max."""
-    _, runs = timed_repeats(lambda: run_streams(tts, n, tokens, device), repeats=repeats,
-                            warmup=0)
+def repeated(measure: Callable[[], dict], repeats: int, spread_keys: tuple[str, ...],
+             per_run_keys: tuple[str, ...]) -> dict:
+    """`measure` `repeats` times: each figure is the median over runs, with its min-max; a
+    figure every run shares (a stream count) is kept as it is, not turned into a float."""
+    _, runs = timed_repeats(measure, repeats=repeats, warmup=0)
     row = {}
     for key, value in runs[0].items():
         values = [r[key] for r in runs if r[key] is not None]
-        row[key] = value if not values or isinstance(value, bool) else statistics.median(values)
+        same = not values or isinstance(value, bool) or len(set(values)) == 1
+        row[key] = value if same else statistics.median(values)
     row["repeats"] = repeats
     row["spread"] = {k: Spread.of([r[k] for r in runs]).to_dict()
-                     for k in SPREAD_KEYS if all(r[k] is not None for r in runs)}
-    row["per_run"] = {k: [r[k] for r in runs] for k in PER_RUN_KEYS}
+                     for k in spread_keys if all(r[k] is not None for r in runs)}
+    row["per_run"] = {k: [r[k] for r in runs] for k in per_run_keys}
     return row
+
+
+MAX_REQUESTS = 100_000
+"""Only guards against a mistyped rate: `--duration` is what bounds a schedule."""
+
+
+@dataclass
+class OpenLoopRun:
+    """What one open-loop run saw, per request id: when its arrival was due, when the loop got
+    to submit it (after the step in progress), and its audio chunks as they came."""
+
+    start: float
+    due: dict[str, float] = field(default_factory=dict)
+    submitted: dict[str, float] = field(default_factory=dict)
+    deliveries: dict[str, list] = field(default_factory=dict)
+    steps: list[tuple[float, bool]] = field(default_factory=list)
+    idle_s: float = 0.0
+    end: float = 0.0
+
+
+def serve_open_loop(tts: TokenTTS, offsets: list[float], tokens: int,
+                    stop_s: float) -> OpenLoopRun:
+    """Submit each request when its offset from now comes due, and step while anything is in
+    flight, until all is done or `stop_s` has passed.
+
+    The schedule is the wall clock's, never the engine's: a request due during a step is
+    submitted when the step ends, and that wait counts in its time to first audio, which runs
+    from `due`.
+    """
+    run = OpenLoopRun(time.perf_counter())
+    queue = deque(run.start + offset for offset in offsets)
+    while (queue or tts.has_unfinished()) and time.perf_counter() < run.start + stop_s:
+        while queue and queue[0] <= time.perf_counter():
+            submit_due(tts, run, queue.popleft(), tokens)
+        if tts.has_unfinished():
+            run.steps.append(timed_step(tts, run.deliveries))
+        elif queue:
+            idle = time.perf_counter()
+            time.sleep(max(0.0, queue[0] - idle))
+            run.idle_s += time.perf_counter() - idle
+    run.end = time.perf_counter()
+    return run
+
+
+def submit_due(tts: TokenTTS, run: OpenLoopRun, due: float, tokens: int) -> None:
+    i = len(run.due)
+    rid = tts.submit(TEXTS[i % len(TEXTS)], "tara", SamplingParams(max_tokens=tokens, seed=i))
+    run.due[rid], run.submitted[rid], run.deliveries[rid] = due, time.perf_counter(), []
+
+
+def settle(tts: TokenTTS, run: OpenLoopRun) -> tuple[dict, list]:
+    """Every request's utterance and engine record, leaving the engine empty for the next run.
+    Those the drain timeout cut off before their last audio are aborted as they stand."""
+    utts = {rid: tts.utterances[rid] for rid in run.due}
+    for rid, utt in utts.items():
+        if utt.done is None:
+            tts.abort(rid)
+    tts.run()
+    for rid in utts:
+        tts.utterances.pop(rid, None)
+    return utts, [tts.engine.release(rid) for rid in run.due]
+
+
+def occupancy(spans: list[tuple[float, float]], start: float, stop: float) -> tuple[float, int]:
+    """Spans open at once: time-averaged over [start, stop], and the most at any moment."""
+    covered = sum(max(0.0, min(b, stop) - max(a, start)) for a, b in spans)
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    return covered / (stop - start), max(itertools.accumulate(d for _, d in edges), default=0)
+
+
+def wall_split(steps: list[tuple[float, bool]], idle_s: float, wall_s: float) -> dict:
+    """Shares of the wall time in steps touched by a prefill, in decode-only steps, and idle
+    (nothing in flight, waiting for the next arrival).
+
+    A step is touched by a prefill when it launched one or follows one that did: the engine
+    never waits for the device, so on a GPU a step's time is mostly the wait for the previous
+    step's device work. On a CPU that counts one decode-only step per prefill too many, so
+    there the prefill share is an upper bound.
+    """
+    touched = [launched or (k > 0 and steps[k - 1][1]) for k, (_, launched) in enumerate(steps)]
+    prefill_s = sum(ms for (ms, _), t in zip(steps, touched, strict=True) if t) / 1e3
+    decode_s = sum(ms for ms, _ in steps) / 1e3 - prefill_s
+    return {"prefill_share": prefill_s / wall_s, "decode_share": decode_s / wall_s,
+            "idle_share": idle_s / wall_s, "prefill_steps": sum(touched)}
+
+
+def quantiles(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    """p50, p95 and max (None each when there is nothing to rank)."""
+    if not values:
+        return None, None, None
+    return percentile(values, 50), percentile(values, 95), max(values)
+
+
+def open_loop_row(run: OpenLoopRun, utts: dict, requests: list, duration: float,
+                  sample_rate: int) -> dict:
+    """Per-run figures: load, time to first audio from arrival, stream rates, step times."""
+    ids = list(run.due)
+    spans = [(run.due[i], utts[i].done or run.end) for i in ids]
+    active_mean, active_peak = occupancy(spans, run.start, run.start + duration)
+    ttfa = [(utts[i].first_audio - run.due[i]) * 1e3 for i in ids
+            if utts[i].first_audio is not None]
+    played = [p for i in ids if run.deliveries[i] and (p := playback(run.deliveries[i],
+                                                                     sample_rate))]
+    rates = [p[0] for p in played]
+    below = sum(r < REALTIME_TOKENS_PER_S for r in rates) / len(rates) if rates else None
+    ttfa_p50, ttfa_p95, ttfa_max = quantiles(ttfa)
+    step_p50, step_p95, step_max = quantiles([ms for ms, _ in run.steps])
+    wall = run.end - run.start
+    return {
+        "requests": len(ids), "finished": sum(utts[i].done is not None for i in ids),
+        "active_mean": active_mean, "active_peak": active_peak,
+        "ttfa_ms_p50": ttfa_p50, "ttfa_ms_p95": ttfa_p95, "ttfa_ms_max": ttfa_max,
+        "submit_wait_ms_max": max((run.submitted[i] - run.due[i]) * 1e3 for i in ids),
+        "stream_tok_s_min": min(rates, default=None), "stream_tok_s_p50": quantiles(rates)[0],
+        "below_realtime_share": below,
+        "playback_late_ms_max": max((p[1] for p in played), default=None),
+        "stalled_streams": sum(p[1] > 0 for p in played),
+        "step_ms_p50": step_p50, "step_ms_p95": step_p95, "step_ms_max": step_max,
+        "steps": len(run.steps),
+        **wall_split(run.steps, run.idle_s, wall), "wall_s": wall,
+        "aggregate_tok_s": sum(len(r.output_ids) for r in requests) / wall,
+    }
+
+
+def run_open_loop(tts: TokenTTS, offsets: list[float], duration: float, tokens: int,
+                  drain_s: float) -> dict:
+    """One open-loop run over `offsets`, its figures, and the codec's share of its wall time."""
+    from torch._dynamo.utils import counters
+
+    codec_ms_before = tts.decoder.device_decode_ms()
+    graphs = counters["stats"]["unique_graphs"]
+    run = serve_open_loop(tts, offsets, tokens, duration + drain_s)
+    codec_ms = tts.decoder.device_decode_ms() - codec_ms_before
+    row = open_loop_row(run, *settle(tts, run), duration, tts.sample_rate)
+    row["snac_share"] = codec_ms / (row["wall_s"] * 1e3)
+    row["recompiles"] = counters["stats"]["unique_graphs"] - graphs
+    return row
+
+
+OPEN_SPREAD_KEYS = ("active_mean", "ttfa_ms_p50", "ttfa_ms_p95", "stream_tok_s_min",
+                    "below_realtime_share", "step_ms_p50", "step_ms_p95", "step_ms_max",
+                    "prefill_share", "snac_share")
+OPEN_PER_RUN_KEYS = (*OPEN_SPREAD_KEYS, "active_peak", "finished", "stalled_streams",
+                     "recompiles")
+
+
+def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) -> list[dict]:
+    """Each `--arrivals` rate `--repeats` times over one seeded schedule, after one short
+    untimed run at the top rate (prefills of new batch shapes, codec batch sizes)."""
+    rates = counts(args.arrivals, float)
+    if not rates:
+        return []
+    warm = poisson_arrivals(max(rates), args.slots, min(1.0, args.duration), args.seed)
+    settle(tts, serve_open_loop(tts, warm, warm_tokens, args.drain_timeout + 1.0))
+    rows = []
+    for rate in rates:
+        offsets = poisson_arrivals(rate, MAX_REQUESTS, args.duration, args.seed)
+        if not offsets:
+            raise SystemExit(f"no arrival in {args.duration} s at {rate}/s (seed {args.seed}): "
+                             "raise --duration")
+        measure = functools.partial(run_open_loop, tts, offsets, args.duration, args.tokens,
+                                    args.drain_timeout)
+        rows.append({"rate": rate, **repeated(measure, args.repeats, OPEN_SPREAD_KEYS,
+                                              OPEN_PER_RUN_KEYS)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def profile_steps(tts: TokenTTS, n: int, tokens: int, out: Path) -> None:
@@ -314,9 +525,10 @@ def window_quality(args, device: torch.device, windows: list[StreamWindow]) -> l
     return rows
 
 
-BASELINE = ("no outside serving stack was run. Per-stream rates compare with real time "
-            "(82 tokens/s) and with the 1-stream row of the same run; the SNAC table compares "
-            "each compiled codec with the eager fp32 codec in the same run.")
+BASELINE = ("no outside serving stack was run. Stream rates compare with real time "
+            "(82 tokens/s); the open-loop table compares with the simultaneous-start table and "
+            "its 1-stream row of the same run; the SNAC table compares each compiled codec with "
+            "the eager fp32 codec in the same run.")
 
 
 def _spread(row: dict, key: str, spec: str) -> str:
@@ -327,23 +539,73 @@ def _spread(row: dict, key: str, spec: str) -> str:
     return f" ({s['min']:{spec}}{sep}{s['max']:{spec}})"
 
 
-def markdown(result: dict) -> str:
-    repeats = result["streams"][0].get("repeats", 1) if result["streams"] else 1
+def _num(row: dict, key: str, spec: str) -> str:
+    """One figure with its spread over runs, '-' where a run had nothing to measure."""
+    value = row.get(key)
+    return "-" if value is None else format(value, spec) + _spread(row, key, spec)
+
+
+def _header(result: dict) -> list[str]:
+    open_rows = (result.get("open_loop") or {}).get("rows")
+    rows = open_rows or result["streams"]
+    repeats = result.get("repeats") or (rows[0].get("repeats", 1) if rows else 1)
+    per = "per arrival rate and per stream count" if open_rows else "per stream count"
     anomalies = result.get("anomalies") or []
-    lines = [f"# Orpheus concurrent streams\n\n`{result['command']}`\n",
-             f"- Device: {result['device']}; threads {result.get('threads') or 'not recorded'}; "
-             f"{repeats} run(s) per stream count, figures are the median run's with the min-max "
-             "over runs in brackets.",
-             f"- Weights: {result['lm']} shape with dummy (random) weights and a dummy SNAC: "
-             "speed only, never quality.",
-             f"- Baseline: {result.get('baseline', BASELINE)}",
-             "- Anomalies:" + (" none seen" if not anomalies else ""),
-             *[f"  - {a}" for a in anomalies], "",
-             f"LM {result['dtype']}, decode mode {result['decode_mode']}, cache "
-             f"{result['max_len']} positions. Prompt {result['prompt_tokens']} tokens. SNAC window "
-             f"{result['window']} (hop,left,right frames), codec {result['snac_compile']} "
-             f"{result['snac_dtype']}, side stream {result['side_stream']}. "
-             f"Real time = {REALTIME_TOKENS_PER_S:.1f} tokens/s.\n",
+    slots = f"{result['slots']} slots, " if "slots" in result else ""
+    return [f"# Orpheus concurrent streams\n\n`{result['command']}`\n",
+            f"- Device: {result['device']}; threads {result.get('threads') or 'not recorded'}; "
+            f"{repeats} run(s) {per}, figures are the median run's with the min-max over runs "
+            "in brackets.",
+            f"- Weights: {result['lm']} shape with dummy (random) weights and a dummy SNAC: "
+            "speed only, never quality.",
+            f"- Baseline: {result.get('baseline', BASELINE)}",
+            "- Anomalies:" + (" none seen" if not anomalies else ""),
+            *[f"  - {a}" for a in anomalies], "",
+            f"LM {result['dtype']}, decode mode {result['decode_mode']}, {slots}cache "
+            f"{result['max_len']} positions. Prompt {result['prompt_tokens']} tokens. SNAC window "
+            f"{result['window']} (hop,left,right frames), codec {result['snac_compile']} "
+            f"{result['snac_dtype']}, side stream {result['side_stream']}. "
+            f"Real time = {REALTIME_TOKENS_PER_S:.1f} tokens/s.\n"]
+
+
+def _open_loop_table(result: dict) -> list[str]:
+    open_loop = result.get("open_loop")
+    if not open_loop or not open_loop["rows"]:
+        return []
+    lines = ["## Open loop: Poisson arrivals (headline)\n",
+             f"Requests arrive as a Poisson process (seed {open_loop['seed']}) for "
+             f"{open_loop['duration_s']:g} s per rate, each asking for {open_loop['tokens']} "
+             "tokens, and join the running batch on arrival; after the last arrival, streams "
+             f"in flight have {open_loop['drain_timeout_s']:g} s to finish ('finished' counts "
+             "those that did). 'in flight' counts a stream from its arrival to its last audio: "
+             "mean over the arrival window, and peak. TTFA runs from each request's arrival, so "
+             "waiting for the step in progress or for a free slot counts. 'slowest' is the "
+             "slowest stream at its worst moment (played from its first chunk, the least audio "
+             "delivered per second elapsed, in tokens/s), 'p50' the median stream's, 'below "
+             "RT' the share of streams that ever fell below real time. Wall: steps that launched "
+             "or waited for a prefill / decode-only steps / idle with nothing in flight; SNAC is "
+             "the codec's device time over the wall time, overlapping the steps.\n",
+             "| arrivals/s | requests (finished) | in flight mean / peak | TTFA p50 / p95 ms | "
+             "stream tok/s slowest / p50 | below RT | step p50 / p95 / max ms | "
+             "wall prefill / decode / idle | SNAC |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in open_loop["rows"]:
+        lines.append(
+            f"| {r['rate']:g} | {r['requests']:g} ({r['finished']:g}) | "
+            f"{_num(r, 'active_mean', '.1f')} / {r['active_peak']:g} | "
+            f"{_num(r, 'ttfa_ms_p50', '.0f')} / {_num(r, 'ttfa_ms_p95', '.0f')} | "
+            f"{_num(r, 'stream_tok_s_min', '.1f')} / {_num(r, 'stream_tok_s_p50', '.1f')} | "
+            f"{_num(r, 'below_realtime_share', '.0%')} | {_num(r, 'step_ms_p50', '.2f')} / "
+            f"{_num(r, 'step_ms_p95', '.2f')} / {_num(r, 'step_ms_max', '.1f')} | "
+            f"{r['prefill_share']:.0%} / {r['decode_share']:.0%} / {r['idle_share']:.0%} | "
+            f"{r['snac_share']:.0%} |")
+    return lines + [""]
+
+
+def _streams_table(result: dict) -> list[str]:
+    if not result["streams"]:
+        return []
+    lines = ["## Simultaneous start (all N streams start on the same step)\n",
              "All streams start together with the same length, so they share every decode step "
              "and each stream's whole-life rate is the same ('mean' below, min over streams). "
              "'min' is the slowest stream at its worst moment: played from its first chunk, the "
@@ -354,19 +616,21 @@ def markdown(result: dict) -> str:
              "TTFA p50 / p95 ms | step p50 ms | SNAC share | late ms |",
              "|---|---|---|---|---|---|---|---|"]
     for r in result["streams"]:
-        late = r.get("playback_late_ms_max")
         lines.append(
-            f"| {r['streams']} | {r['per_stream_tok_s_min']:.1f}"
-            f"{_spread(r, 'per_stream_tok_s_min', '.1f')} / {r['per_stream_tok_s_p50']:.1f} | "
+            f"| {r['streams']} | {_num(r, 'per_stream_tok_s_min', '.1f')} / "
+            f"{r['per_stream_tok_s_p50']:.1f} | "
             f"{r.get('per_stream_tok_s_mean_min', float('nan')):.1f} | "
-            f"{r['aggregate_tok_s']:.0f}{_spread(r, 'aggregate_tok_s', '.0f')} | "
-            f"{r['ttfa_ms_p50']:.0f} / {r['ttfa_ms_p95']:.0f}{_spread(r, 'ttfa_ms_p95', '.0f')} | "
+            f"{_num(r, 'aggregate_tok_s', '.0f')} | "
+            f"{r['ttfa_ms_p50']:.0f} / {_num(r, 'ttfa_ms_p95', '.0f')} | "
             f"{r['step_ms_p50']:.2f} | {100 * r['snac_share']:.1f}% | "
-            f"{'-' if late is None else format(late, '.0f')}"
-            f"{_spread(r, 'playback_late_ms_max', '.0f')} |")
-    lines += ["\n## SNAC window decode\n", "Device time per call over 20 calls: median "
-              "(min-max).\n", "| streams | codec | ms per call | ms per chunk | "
-              "rel. err vs eager |", "|---|---|---|---|---|"]
+            f"{_num(r, 'playback_late_ms_max', '.0f')} |")
+    return lines + [""]
+
+
+def _codec_tables(result: dict) -> list[str]:
+    lines = ["## SNAC window decode\n", "Device time per call over 20 calls: median "
+             "(min-max).\n", "| streams | codec | ms per call | ms per chunk | "
+             "rel. err vs eager |", "|---|---|---|---|---|"]
     for r in result["snac"]:
         s = r.get("ms_per_call_spread")
         span = f" ({s['min']:.2f}-{s['max']:.2f})" if s else ""
@@ -378,8 +642,14 @@ def markdown(result: dict) -> str:
     for r in result["windows"]:
         lines.append(f"| {r['window']} | {r['frames_decoded_per_frame']:.1f} | "
                      f"{r['snr_db']:.1f} | {r['first_audio_after_tokens']} |")
-    lines += ["", f"Targets: >= 100 streams at >= 82 tok/s each: {result['targets']['streams']}; "
-              f"TTFA p95 <= 300 ms at 64 streams: {result['targets']['ttfa']}."]
+    return lines
+
+
+def markdown(result: dict) -> str:
+    lines = [*_header(result), *_open_loop_table(result), *_streams_table(result),
+             *_codec_tables(result), "",
+             f"Targets: >= 100 streams at >= 82 tok/s each: {result['targets']['streams']}; "
+             f"TTFA p95 <= 300 ms at 64 streams: {result['targets']['ttfa']}."]
     if result["fallbacks"]:
         lines += ["", "Fallbacks: " + "; ".join(result["fallbacks"])]
     if result.get("notes"):
@@ -388,7 +658,6 @@ def markdown(result: dict) -> str:
 
 
 def prompt_len(tts: TokenTTS) -> int:
-
     return len(tts.format.prompt(TEXTS[0], "tara"))
 
 
@@ -418,27 +687,31 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
     command = "python benchmarks/orpheus_streams.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
-    streams = [int(s) for s in args.streams.split(",")]
+    streams = counts(args.streams, int)
     tokens = 7 * args.frames
-    max_len = args.max_len or tokens + 128
-    tts = build(args, device, max(streams), max_len)
+    max_len = args.max_len or max(tokens, args.tokens) + 128
+    tts = build(args, device, args.slots, max_len)
     tts.engine.runner.warmup()
     # Compile the codec for every batch and window length a run meets (first chunks grow to the
     # full window, last ones flush), and warm the allocators, before anything is timed.
     # Each stream count is warmed again before its timed runs: a batch size the codec has not
     # met may still cost a first call.
-    warm_tokens = min(tokens, 7 * (window_of(args.window).frames + 3))
-    for n in (max(streams), 1):
-        run_streams(tts, n, warm_tokens, device)
+    warm_frames = window_of(args.window).frames + 3
+    for n in (args.slots, 1):
+        run_streams(tts, n, min(tokens, 7 * warm_frames), device)
     rows = []
     for n in streams:
-        run_streams(tts, n, warm_tokens, device)
-        rows.append(repeated_streams(tts, n, tokens, device, args.repeats))
+        run_streams(tts, n, min(tokens, 7 * warm_frames), device)
+        measure = functools.partial(run_streams, tts, n, tokens, device)
+        rows.append(repeated(measure, args.repeats, SPREAD_KEYS, PER_RUN_KEYS))
         print(json.dumps(rows[-1]), flush=True)
+    open_loop = {"duration_s": args.duration, "tokens": args.tokens, "seed": args.seed,
+                 "drain_timeout_s": args.drain_timeout,
+                 "rows": open_loop_rows(tts, args, min(args.tokens, 7 * warm_frames))}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.profile:
-        profile_steps(tts, max(streams), tokens, out / "orpheus_streams_profile.txt")
+        profile_steps(tts, args.slots, tokens, out / "orpheus_streams_profile.txt")
     window = window_of(args.window)
     result = {
         "command": command, "device": torch.cuda.get_device_name() if device.type == "cuda"
@@ -446,7 +719,7 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
         "decode_mode": tts.engine.runner.decoder.mode, "max_len": max_len,
         "window": args.window, "snac_compile": args.snac_compile, "snac_dtype": args.snac_dtype,
         "side_stream": args.side_stream, "prompt_tokens": prompt_len(tts),
-        "streams": rows,
+        "slots": args.slots, "repeats": args.repeats, "open_loop": open_loop, "streams": rows,
         "snac": snac_microbench(args, device, [1, 4] if args.smoke else [1, 16, 64],
                                 window.frames),
         "windows": window_quality(args, device, WINDOWS[:2] if args.smoke else WINDOWS),

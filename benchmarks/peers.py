@@ -3,17 +3,25 @@
     python benchmarks/peers.py                          # orpheus-3b shape, dummy bf16 weights
     python benchmarks/peers.py --weights lab/data/voice --stem peers_voice
 
-At each batch size, every row is warmed by one full-length generation (same prompt, same number
-of steps) before its timed repeats, so no row pays for one-off work inside its timing:
-- transformers `generate` with its default dynamic cache; the warm-up builds cuDNN's attention
-  plan for every key length the timed runs will meet;
+At each batch size, every row but the first is warmed by one full-length generation (same
+prompt, same number of steps) before its timed repeats, so no row pays for one-off work inside
+its timing:
+- transformers `generate` with its default dynamic cache, cold: the first generation at this
+  batch size, timed once. It pays for what a warm-up removes, mostly cuDNN building an
+  attention plan for every new key length; a benchmark that times only this row flatters
+  whatever it is compared with;
+- the same, warmed;
 - transformers `generate` with `cache_implementation="static"`, which compiles the model's
   forward itself: the strongest way to run transformers, and the baseline here;
 - the lab: static cache + CUDA graph, and static cache + compiled block + CUDA graph.
 
 'x strongest peer' divides the faster transformers row by each row. The weight-streaming
-floor is the bytes a step must read over the measured copy bandwidth. Dummy weights measure
-speed only. Writes <stem>.json and <stem>.md.
+floor is the bytes a step must read over the measured copy bandwidth. Each row also states the
+bandwidth it achieved: the bytes a step reads (the weights, plus the K/V its attention reads:
+the filled positions for transformers' dynamic cache, every allocated position for its static
+cache, and for the lab's the key bucket that holds the batch's filled positions) over its step
+time, as a share of the measured copy bandwidth. Dummy weights measure speed only. Writes
+<stem>.json and <stem>.md.
 """
 
 from __future__ import annotations
@@ -29,8 +37,10 @@ from tqdm import tqdm
 
 from lab.bench.report import markdown_table, run_meta
 from lab.engine import generate, hf_generate, to_hf_model
+from lab.engine.graphs import default_key_buckets
 
-PEERS = {"transformers generate, dynamic cache (warmed)": "dynamic",
+COLD = "transformers generate, dynamic cache (cold)"
+PEERS = {COLD: "dynamic", "transformers generate, dynamic cache (warmed)": "dynamic",
          "transformers generate, static cache + its compile (warmed)": "static"}
 LAB = {"lab, static cache + CUDA graph": "cuda-graph",
        "lab, static cache + compiled block + CUDA graph": "default"}
@@ -43,9 +53,38 @@ READING = ("How to read it: 'same_tokens_as_first_row' compares greedy tokens wi
            "runs did not.")
 
 
-def peer_row(hf, prompt, steps: int, cache: str, repeats: int):
+def peer_row(hf, prompt, steps: int, cache: str, repeats: int, warm: bool):
+    if not warm:
+        return repeated(lambda: hf_generate(hf, prompt, steps, cache), 1)
     hf_generate(hf, prompt, steps, cache)
     return repeated(lambda: hf_generate(hf, prompt, steps, cache), repeats)
+
+
+def kv_positions(row: str, args) -> float:
+    """Cache positions a row's attention reads per sequence, averaged over the timed steps:
+    transformers' dynamic cache holds what is filled; its static cache allocates prompt +
+    steps and reads them all; the lab's captured step reads the smallest key bucket that
+    holds the batch's furthest position."""
+    filled = range(args.prompt_len + 1, args.prompt_len + args.steps + 1)
+    if row in LAB:
+        buckets = default_key_buckets(args.max_len)
+        return sum(min(b for b in buckets if b >= n) for n in filled) / len(filled)
+    if PEERS[row] == "static":
+        return args.prompt_len + args.steps
+    return sum(filled) / len(filled)
+
+
+def add_bandwidth(rows: list[dict], lm, args, bandwidth: float | None) -> None:
+    cfg = lm.cfg
+    per_position = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * lm.embed.weight.element_size()
+    for r in rows:
+        if "ms_per_step" not in r:
+            continue
+        read = streamed_bytes(lm) + r["batch"] * kv_positions(r["row"], args) * per_position
+        r["mb_read_per_step"] = round(read / 1e6, 1)
+        r["gb_per_s"] = round(read / r["ms_per_step"] / 1e6, 1)
+        if bandwidth:
+            r["pct_of_copy_bw"] = round(100 * read / r["ms_per_step"] * 1e3 / bandwidth, 1)
 
 
 def lab_row(lm, prompt, steps: int, mode: str, max_len: int, repeats: int):
@@ -56,7 +95,8 @@ def lab_row(lm, prompt, steps: int, mode: str, max_len: int, repeats: int):
 
 def rows_for(lm, hf, prompt, args) -> list[dict]:
     rows, tokens = [], {}
-    jobs = [(name, lambda c=c: peer_row(hf, prompt, args.steps, c, args.repeats))
+    jobs = [(name, lambda c=c, w=name != COLD: peer_row(hf, prompt, args.steps, c,
+                                                        args.repeats, w))
             for name, c in PEERS.items()]
     jobs += [(name, lambda m=m: lab_row(lm, prompt, args.steps, m, args.max_len, args.repeats))
              for name, m in LAB.items()]
@@ -108,22 +148,27 @@ def main(argv=None) -> None:
         gen = torch.Generator().manual_seed(batch)
         prompt = torch.randint(0, cfg.vocab_size, (batch, args.prompt_len), generator=gen)
         rows += rows_for(lm, hf, prompt.to(device), args)
+        add_bandwidth(rows, lm, args, bandwidth)
         print(markdown_table(rows), flush=True)
     weights = "dummy (random): speed only" if args.weights is None else "the lab's trained voice"
     shape = args.shape if args.weights is None else "ar-voice"
     report = {"meta": run_meta(device=torch.cuda.get_device_name(device)), "shape": shape,
               "dtype": args.dtype, "weights": weights, "floor_ms_batch1": floor_ms,
+              "copy_bandwidth_gb_s": bandwidth and bandwidth / 1e9,
               "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.stem}.json").write_text(json.dumps(report, indent=2))
     head = ["batch", "row", "ms_per_step", "min", "max", "tokens_per_s", "x_strongest_peer",
-            "same_tokens_as_first_row", "error"]
-    floor = f"{floor_ms:.2f} ms" if floor_ms else "not measured"
+            "mb_read_per_step", "gb_per_s", "pct_of_copy_bw", "same_tokens_as_first_row",
+            "error"]
+    floor = (f"{floor_ms:.3g} ms at {bandwidth / 1e9:.0f} GB/s measured copy bandwidth"
+             if floor_ms else "not measured")
     (args.out / f"{args.stem}.md").write_text(
         f"# Decode step against the strongest peer ({shape}, {args.dtype})\n\n"
         f"Device: {report['meta']['device']}. Weights: {weights}. Prompt {args.prompt_len} "
         f"tokens, {args.steps} greedy steps timed, {args.repeats} repeats after a full-length "
-        f"warm-up per row (median, min, max of the runs' median step); the lab's static cache "
+        f"warm-up per row, except the cold row: its first run, once (median, min, max of the "
+        f"runs' median step); the lab's static cache "
         f"holds {args.max_len} positions. Weight-streaming floor at batch 1: {floor}. "
         f"Command: `{report['meta']['command']}`.\n\n{READING}\n\n"
         + markdown_table(rows, [h for h in head if any(h in r for r in rows)]))

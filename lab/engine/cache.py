@@ -14,16 +14,36 @@ what it holds with `describe()`, in words a user can compare across modes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import nn
 
+from lab.engine.kv_dtype import SCALE_DTYPE, is_scaled, kv_bytes_per_slot, load, store
+
 if TYPE_CHECKING:
     from lab.engine.llm import LMConfig
 
+
+class StaticLayer(NamedTuple):
+    """One layer of a static cache as a block sees it: the whole K/V buffers
+    [n_slots, n_kv_heads, max_len, head_dim]. A step writes anywhere in them (padding goes to
+    the scratch position `max_len - 1`) but reads back only as many leading positions as its
+    mask has key columns (see `write_static`)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_scale: torch.Tensor | None = None  # [n_slots, n_kv_heads, max_len] when stored in fp8
+    v_scale: torch.Tensor | None = None
+
+
 class StaticKVCache(nn.Module):
-    """K and V as [n_layers, n_slots, n_kv_heads, max_len, head_dim] buffers, written in place."""
+    """K and V as [n_layers, n_slots, n_kv_heads, max_len, head_dim] buffers, written in place.
+
+    `dtype` is what they are stored in: the model's dtype, or fp8, which adds a scale per head
+    vector [n_layers, n_slots, n_kv_heads, max_len] (see `kv_dtype`); a step reads them back
+    in its own compute dtype either way.
+    """
 
     mode = "static"
 
@@ -48,30 +68,34 @@ class StaticKVCache(nn.Module):
         shape = (n_layers, n_slots, n_kv_heads, max_len, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        scaled = is_scaled(dtype)
+        for name in ("k_scale", "v_scale"):
+            scale = torch.zeros(shape[:-1], dtype=SCALE_DTYPE, device=device) if scaled else None
+            self.register_buffer(name, scale, persistent=False)
 
     @property
     def bytes_per_slot(self) -> int:
-        return 2 * self.k[:, 0].numel() * self.k.element_size()
+        n_layers, _, n_kv_heads, max_len, head_dim = self.k.shape
+        return kv_bytes_per_slot(n_layers, n_kv_heads, head_dim, max_len, self.k.dtype)
 
     @property
     def nbytes(self) -> int:
         return self.bytes_per_slot * self.n_slots
 
     def describe(self) -> str:
+        stored = " in fp8 with a scale per head vector" if self.k_scale is not None else ""
         return (f"static, {self.bytes_per_slot / 2**20:.2f} MiB per slot x {self.n_slots} slots "
-                f"({self.max_len} positions)")
+                f"({self.max_len} positions){stored}")
 
     def reset(self, slot: int | None = None) -> None:
         """Zero one slot (or all). Not needed for correctness - the mask never reads past a
         request's position - but it keeps a freed slot from showing an old request's state."""
-        if slot is None:
-            self.k.zero_()
-            self.v.zero_()
-            return
-        if not 0 <= slot < self.n_slots:
+        if slot is not None and not 0 <= slot < self.n_slots:
             raise ValueError(f"slot {slot} is out of range for a cache of {self.n_slots} slots")
-        self.k[:, slot].zero_()
-        self.v[:, slot].zero_()
+        rows = slice(None) if slot is None else slot
+        for buffer in (self.k, self.v, self.k_scale, self.v_scale):
+            if buffer is not None:
+                buffer[:, rows].zero_()
 
     def check_batch(self, batch: int, rows: torch.Tensor | None) -> None:
         if rows is None and batch > self.n_slots:
@@ -81,9 +105,11 @@ class StaticKVCache(nn.Module):
         """Key j of every row is cache position j."""
         return torch.arange(self.max_len, device=positions.device)
 
-    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def layer_kv(self, layer: int) -> StaticLayer:
         """This layer's K and V buffers [n_slots, n_kv_heads, max_len, head_dim] (views)."""
-        return self.k[layer], self.v[layer]
+        if self.k_scale is None:
+            return StaticLayer(self.k[layer], self.v[layer])
+        return StaticLayer(self.k[layer], self.v[layer], self.k_scale[layer], self.v_scale[layer])
 
     def prefix(self, length: int) -> CachePrefix:
         """The first `length` positions of every slot, for a step that reads no further."""
@@ -93,9 +119,11 @@ class StaticKVCache(nn.Module):
 
 
 class CachePrefix:
-    """A static cache seen up to `length` positions: an eager decode step whose requests all
-    sit below `length` attends over their real history instead of every position of the slot,
-    which is most of a small model's step on a CPU. Writes go through to the cache (views)."""
+    """A static cache seen up to `length` positions: a step whose requests all sit below
+    `length` attends over (and gathers) only that much of each slot instead of all `max_len`
+    positions, which is most of a decode step's memory traffic once many slots are running.
+    Only the keys shrink: writes still reach the whole cache, so padding keeps its scratch
+    position `max_len - 1`, which no prefix shorter than the cache reads."""
 
     def __init__(self, cache: StaticKVCache, length: int) -> None:
         self.cache, self.length = cache, length
@@ -106,21 +134,26 @@ class CachePrefix:
     def key_positions(self, positions: torch.Tensor) -> torch.Tensor:
         return torch.arange(self.length, device=positions.device)
 
-    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        n = self.length
-        return self.cache.k[layer, :, :, :n], self.cache.v[layer, :, :, :n]
+    def layer_kv(self, layer: int) -> StaticLayer:
+        return self.cache.layer_kv(layer)
 
 
-def write_static(kc, vc, k, v, positions, slot_index, contiguous: bool):
+def write_static(layer: StaticLayer, k, v, positions, slot_index, contiguous: bool,
+                 n_keys: int):
     """Write a step's K/V [B, kv, T, hd] into slot rows at each row's positions, in place, and
-    return those rows' whole K/V: a view of rows [0, B) when `contiguous`, else a gather."""
+    return those rows' first `n_keys` positions in the step's dtype: a view of rows [0, B) when
+    `contiguous`, else a gather of that prefix only (a dequantized copy either way for fp8).
+
+    `n_keys` is the mask's key count (`bias.shape[-1]`), never a separate integer: under
+    torch.compile it stays a symbolic size, so one compiled block serves every prefix length.
+    """
     # Advanced indices on dims 0 and 2 put the [B, T] index dims first: [B, T, kv, hd].
-    kc[slot_index.unsqueeze(1), :, positions] = k.transpose(1, 2)
-    vc[slot_index.unsqueeze(1), :, positions] = v.transpose(1, 2)
-    if contiguous:
-        b = k.shape[0]
-        return kc[:b], vc[:b]
-    return kc[slot_index], vc[slot_index]
+    at = (slot_index.unsqueeze(1), slice(None), positions)
+    store(layer.k, layer.k_scale, at, k.transpose(1, 2))
+    store(layer.v, layer.v_scale, at, v.transpose(1, 2))
+    rows = slice(0, k.shape[0]) if contiguous else slot_index
+    return (load(layer.k, layer.k_scale, rows, n_keys, k.dtype),
+            load(layer.v, layer.v_scale, rows, n_keys, v.dtype))
 
 
 class DynamicKVCache:

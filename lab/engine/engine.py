@@ -31,6 +31,17 @@ class EngineConfig:
     `kv_cache` is what a slot keeps between steps ('static', 'dynamic' or 'none', see
     `kv_modes`); a `decode_mode` other than eager needs 'static' and is otherwise noted in
     the fallbacks and run eagerly.
+
+    A captured or compiled decode step has fixed shapes: `buckets` are the batch sizes it is
+    captured at (None: `slots.default_buckets`) and `key_buckets` the cache prefixes it reads
+    (None: `graphs.default_key_buckets`, 64, 128 ... `max_len`; an empty tuple: the whole
+    cache every step). Each (batch, key) pair is one graph, so their product is the capture
+    time and the number of graphs kept.
+
+    `kv_dtype` is what the static cache stores K/V in: 'auto' (the model's dtype) or
+    'fp8-e4m3' (half the bytes of bf16 plus a scale per head vector, see `kv_dtype`); where
+    fp8 cannot run, or the cache is not static, the fallbacks say so. fp8 buys slots or
+    context, not speed: pair it with a compiled `decode_mode`, which fuses its dequantization.
     """
 
     n_slots: int = 16
@@ -41,6 +52,8 @@ class EngineConfig:
     kv_cache: str = "static"
     decode_mode: str = "eager"
     buckets: tuple[int, ...] | None = None
+    key_buckets: tuple[int, ...] | None = None
+    kv_dtype: str = "auto"
 
 
 @dataclass
@@ -78,7 +91,9 @@ class LLMEngine:
             prefill_budget=c.prefill_budget, policy=c.policy))
         self.runner = ModelRunner(model, n_slots=c.n_slots, max_len=c.max_len,
                                   kv_cache=c.kv_cache, decode_mode=c.decode_mode,
-                                  buckets=c.buckets, logits_processor=logits_processor)
+                                  buckets=c.buckets, key_buckets=c.key_buckets,
+                                  kv_dtype=c.kv_dtype,
+                                  logits_processor=logits_processor)
         self.vocab_size = model.cfg.vocab_size
         self.requests: dict[str, Request] = {}
         self.stats = EngineStats()

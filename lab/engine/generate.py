@@ -100,7 +100,8 @@ def generate(
 
     `sample` maps last-position logits [B, V] to tokens [B] (greedy when None). With a
     `GraphedDecoder` as `decoder`, the prompt is prefilled into its static cache and every
-    decode step goes through it (CUDA graph, compiled or eager, whatever it settled on).
+    decode step goes through it (CUDA graph, compiled or eager, whatever it settled on), reading
+    the cache up to the step's position rounded up to one of its key buckets.
     """
     sample = sample or greedy
     b, t = _check_prompt(prompt_ids, max_new_tokens, cache_mode)
@@ -121,7 +122,7 @@ def generate(
             f"{b} rows x {total} positions do not fit the static cache "
             f"({cache.n_slots} slots x {cache.max_len})"
         )
-    step = decoder if decoder is not None else (lambda tok, pos: model(tok, pos, cache))
+    step = decoder if decoder is not None else (lambda tok, pos, _: model(tok, pos, cache))
     positions = torch.arange(t, device=device).expand(b, t)
     out = torch.empty(b, total, dtype=torch.long, device=device)
     out[:, :t] = prompt_ids
@@ -137,7 +138,7 @@ def generate(
             logits = model(seq, pos, None, last_only=True)
         else:
             pos = torch.full((b, 1), i, dtype=torch.long, device=device)
-            logits = step(out[:, i : i + 1], pos)
+            logits = step(out[:, i : i + 1], pos, i + 1)
         out[:, i + 1] = sample(logits[:, -1])
         clock.tick()
     times = clock.intervals_ms()

@@ -5,7 +5,8 @@ prompt they complete) or its decode batch (and gets each request's next-token lo
 modes differ only in what a slot keeps between steps:
 
 - `static`: K/V preallocated per slot (`StaticKVCache`); the decode step runs over rows
-  [0, n_rows) with fixed shapes and addresses, so it can be captured as a CUDA graph.
+  [0, n_rows) with fixed shapes and addresses, so it can be captured as a CUDA graph, and
+  reads only the prefix of the cache that the batch's longest row needs (a key bucket).
 - `dynamic`: K/V per slot that grow by concatenation (`SlotDynamicCache`); only the running
   rows are computed, but every step copies their whole history. Always eager.
 - `none`: only token ids (`NoKVCache`); every step recomputes each running request's whole
@@ -21,6 +22,7 @@ import torch
 
 from lab.engine.cache import NoKVCache, SlotDynamicCache, StaticKVCache
 from lab.engine.graphs import GraphedDecoder
+from lab.engine.kv_dtype import KV_DTYPES, storage_dtype
 from lab.engine.request import Request
 from lab.engine.scheduler import PrefillChunk
 from lab.engine.slots import default_buckets
@@ -60,43 +62,51 @@ class StaticSlots(_SlotMode):
     """Preallocated K/V rows; decode goes through GraphedDecoder (eager, graph or compiled)."""
 
     def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str,
-                 buckets: tuple[int, ...] | None) -> None:
+                 buckets: tuple[int, ...] | None, key_buckets: tuple[int, ...] | None,
+                 kv_dtype: str) -> None:
         cfg, weight = model.cfg, model.embed.weight
         self.model, self.max_len = model, max_len
+        dtype, why = storage_dtype(kv_dtype, weight.dtype, weight.device)
+        self._notes = [] if why is None else [why]
         self.cache = StaticKVCache(cfg.n_layers, n_slots, max_len, cfg.n_kv_heads, cfg.head_dim,
-                                   weight.dtype, weight.device)
+                                   dtype, weight.device)
         self.decoder = GraphedDecoder(model, self.cache, decode_mode,
-                                      buckets or default_buckets(n_slots))
+                                      buckets or default_buckets(n_slots), key_buckets)
         self.device = weight.device
 
     @property
     def fallbacks(self) -> list[str]:
-        return self.decoder.fallbacks
+        return [*self._notes, *self.decoder.fallbacks]
 
     def warmup(self) -> None:
         self.decoder.capture()
 
     def prefill(self, chunks: list[PrefillChunk]) -> dict[Request, torch.Tensor]:
+        """The chunks' rows are gathered only up to the furthest chunk's end: padding writes
+        at the scratch position, past that prefix."""
         tokens, positions = _left_padded([c.tokens for c in chunks], [c.start for c in chunks],
                                          self.max_len - 1)
         rows = to_device([c.request.slot for c in chunks], torch.long, self.device)
+        view = self.cache.prefix(max(c.stop for c in chunks))
         logits = self.model(to_device(tokens, torch.long, self.device),
-                            to_device(positions, torch.long, self.device), self.cache,
+                            to_device(positions, torch.long, self.device), view,
                             rows=rows, last_only=True)
         return _completed(chunks, logits[:, -1])
 
     def decode(self, requests: list[Request], n_rows: int,
                last_token: torch.Tensor) -> torch.Tensor:
-        """A captured or compiled step covers rows [0, n_rows) over every cache position; rows
-        without a running request compute a throw-away token at the scratch position. An eager
-        step needs no fixed shape, so it runs only the requests, over their real history."""
+        """A captured or compiled step covers rows [0, n_rows) over the key bucket that holds
+        the longest request; rows without a running request compute a throw-away token at the
+        scratch position. An eager step needs no fixed shape, so it runs only the requests,
+        over exactly the positions the longest of them has."""
         if self.decoder.mode == "eager":
             return self._decode_live(requests, last_token)
         positions = [self.max_len - 1] * n_rows
         for r in requests:
             positions[r.slot] = r.position
         positions = to_device(positions, torch.long, self.device)[:, None]
-        logits = self.decoder(last_token[:n_rows, None], positions)
+        n_keys = max(r.position for r in requests) + 1
+        logits = self.decoder(last_token[:n_rows, None], positions, n_keys)
         slots = to_device([r.slot for r in requests], torch.long, self.device)
         return logits[slots, -1]
 
@@ -121,13 +131,17 @@ class _EagerSlots(_SlotMode):
     decoder = None
 
     def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str,
-                 buckets: tuple[int, ...] | None) -> None:
+                 buckets: tuple[int, ...] | None, key_buckets: tuple[int, ...] | None,
+                 kv_dtype: str) -> None:
         self.model, self.n_slots, self.max_len = model, n_slots, max_len
         self.device = model.embed.weight.device
         self.fallbacks: list[str] = []
         if decode_mode != "eager":
             self.fallbacks.append(
                 f"CUDA graphs need the static KV cache; kv_cache={self.mode} ran eager")
+        if KV_DTYPES[kv_dtype] is not None:
+            self.fallbacks.append(f"kv_dtype={kv_dtype} needs the static KV cache; "
+                                  f"kv_cache={self.mode} keeps K/V in the model's dtype")
 
 
 class DynamicSlots(_EagerSlots):

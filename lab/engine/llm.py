@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lab.engine.cache import write_static
+from lab.engine.cache import StaticLayer, write_static
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,8 @@ class Attention(nn.Module):
         qk = apply_rope(qkv[:, :, : nh + kvh], cos, sin)  # q and k heads rotated together
         q, k = qk[:, :, :nh], qk[:, :, nh:].transpose(1, 2)
         v = qkv[:, :, nh + kvh :].transpose(1, 2)
-        if isinstance(kv, tuple):
-            k, v = write_static(kv[0], kv[1], k, v, positions, slot_index, contiguous)
+        if isinstance(kv, StaticLayer):
+            k, v = write_static(kv, k, v, positions, slot_index, contiguous, bias.shape[-1])
         elif kv is not None:
             k, v = kv.update(k, v)
         # Grouped-query attention without copying K/V per query head: the `group` query heads
@@ -255,9 +255,10 @@ class LM(nn.Module):
     ) -> torch.Tensor:
         """Logits [B, T, V] (or [B, 1, V] with `last_only`, which skips the head for the prompt).
 
-        `cache=None` attends causally over the given tokens only. With a `StaticKVCache`, batch
-        row b uses cache row b when `rows` is None (a view, safe to capture in a CUDA graph) or
-        cache row `rows[b]` otherwise. With a `DynamicKVCache`, batch rows are its rows; with a
+        `cache=None` attends causally over the given tokens only. With a `StaticKVCache` (or
+        its `prefix(n)`, which attends over the first n positions only), batch row b uses cache
+        row b when `rows` is None (a view, safe to capture in a CUDA graph) or cache row
+        `rows[b]` otherwise. With a `DynamicKVCache`, batch rows are its rows; with a
         `SlotDynamicCache`, pass the batch view from its `batch()`.
         `block_fn` / `head_fn` run each layer and the head: compiled versions go here.
         """

@@ -1,9 +1,10 @@
 """Run the model for a step's prefill chunks and decode batch, and sample the next tokens.
 
 The runner owns the device state of serving: what each slot keeps between steps (its
-`kv_cache` mode, see `kv_modes`: static K/V rows with an eager, graphed or compiled decode step;
-growing K/V; or only token ids), each slot's newest token and a per-slot mask of tokens already
-seen (for the repetition penalty). It never decides who runs; the scheduler does.
+`kv_cache` mode, see `kv_modes`: static K/V rows, in the model's dtype or fp8 (`kv_dtype`), with
+an eager, graphed or compiled decode step; growing K/V; or only token ids), each slot's newest
+token and a per-slot mask of tokens already seen (for the repetition penalty). It never
+decides who runs; the scheduler does.
 
 Nothing here waits for the device. A sampled token goes straight into its slot's entry of
 `last_token`, which is the next decode step's input, and reaches the host through a pinned copy
@@ -13,7 +14,7 @@ copies for the same reason.
 
 Cache position `max_len - 1` is scratch: the scheduler only admits requests whose prompt and
 output fit below it, so padded prefill tokens and the idle rows of a decode batch all write
-there, where no live request ever reads.
+there, where no live request ever reads (and past any shorter prefix a step reads keys from).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from lab.engine.kv_dtype import KV_DTYPES
 from lab.engine.kv_modes import KV_MODES
 from lab.engine.request import Request
 from lab.engine.sampler import Candidates, SamplingBatch, sample
@@ -61,16 +63,20 @@ class ModelRunner:
 
     def __init__(self, model, *, n_slots: int, max_len: int, kv_cache: str = "static",
                  decode_mode: str = "eager", buckets: tuple[int, ...] | None = None,
+                 key_buckets: tuple[int, ...] | None = None, kv_dtype: str = "auto",
                  logits_processor: LogitsProcessor | None = None) -> None:
         if kv_cache not in KV_MODES:
             raise ValueError(f"kv_cache={kv_cache!r}; choose one of {list(KV_MODES)}")
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype={kv_dtype!r}; choose one of {list(KV_DTYPES)}")
         cfg = model.cfg
         if max_len > cfg.max_seq_len:
             raise ValueError(f"max_len={max_len} exceeds the model's max_seq_len={cfg.max_seq_len}")
         self.model, self.max_len = model, max_len
         self.device = model.embed.weight.device
         self.kv = KV_MODES[kv_cache](model, n_slots=n_slots, max_len=max_len,
-                                     decode_mode=decode_mode, buckets=buckets)
+                                     decode_mode=decode_mode, buckets=buckets,
+                                     key_buckets=key_buckets, kv_dtype=kv_dtype)
         self.cache, self.decoder = self.kv.cache, self.kv.decoder
         self.seen = torch.zeros(n_slots, cfg.vocab_size, dtype=torch.bool, device=self.device)
         self.last_token = torch.zeros(n_slots, dtype=torch.long, device=self.device)

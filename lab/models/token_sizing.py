@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from lab.engine.engine import EngineConfig
+from lab.engine.graphs import default_key_buckets
+from lab.engine.kv_dtype import kv_bytes_per_slot
 from lab.engine.llm import LMConfig
 from lab.engine.slots import default_buckets
 from lab.metrics.probe import Phase
@@ -98,7 +100,7 @@ def size_tokens(w: Work, lm: LMConfig, c: TokenCost, notes: tuple[str, ...]) -> 
                + 2 * lm.max_seq_len * lm.head_dim * b)
     cache_len = min(cfg.sampling.max_tokens + c.prompt_room, lm.max_seq_len)
     slots, L, H = cfg.batch_size, lm.n_layers, lm.n_heads
-    kv_slot = 2 * L * lm.n_kv_heads * lm.head_dim * cache_len * b
+    kv_slot = kv_bytes_per_slot(L, lm.n_kv_heads, lm.head_dim, cache_len, w.dtype)
     kv = kv_slot * slots if cfg.kv_cache != "none" else slots * cache_len * 8
     if cfg.kv_cache == "dynamic":
         notes += ("kv_cache=dynamic grows to this when every slot reaches its full length",)
@@ -136,7 +138,8 @@ def size_tokens(w: Work, lm: LMConfig, c: TokenCost, notes: tuple[str, ...]) -> 
 
     warm = [decode(c.warmup_tokens, 2), prefill(1, 2)]
     if w.device.type == "cuda" and (cfg.cuda_graphs or cfg.compile != "none"):
-        warm.append(decode(3 * len(default_buckets(slots)), max(1, slots // 2)))
+        graphs = len(default_buckets(slots)) * len(default_key_buckets(cache_len))
+        warm.append(decode(3 * graphs, max(1, slots // 2)))
     dummy = cfg.weights == "dummy"
     return Plan(
         weights=weights, kv_cache=kv, activations=act, codec=c.codec_params * 4,

@@ -2,6 +2,8 @@
 
 import importlib.util
 import json
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -210,21 +212,82 @@ def test_graphs_asked_with_a_growing_cache_run_eager_and_say_so():
     tts.synthesize(["test"])
 
 
-def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):
+def load_streams_benchmark():
     spec = importlib.util.spec_from_file_location(
         "orpheus_streams", ROOT / "benchmarks" / "orpheus_streams.py"
     )
     bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # dataclasses look their module up there
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):
+    bench = load_streams_benchmark()
     result = bench.main(["--smoke", "--out", str(tmp_path)])
     saved = json.loads((tmp_path / "orpheus_streams_smoke.json").read_text())
     assert saved["streams"][0]["streams"] == 1 and len(saved["streams"]) == 2
     assert all(r["aggregate_tok_s"] > 0 and r["ttfa_ms_p95"] > 0 for r in result["streams"])
-    assert (
-        (tmp_path / "orpheus_streams_smoke.md")
-        .read_text()
-        .startswith("# Orpheus concurrent streams\n\n`python benchmarks/orpheus_streams.py --smoke")
+    open_loop = saved["open_loop"]
+    assert [r["rate"] for r in open_loop["rows"]] == [5, 20]
+    for r in open_loop["rows"]:
+        drawn = bench.poisson_arrivals(r["rate"], 10**5, open_loop["duration_s"], 0)
+        assert r["requests"] == len(drawn) == r["finished"]
+        assert 0 < r["active_mean"] <= r["active_peak"] <= r["requests"]
+        assert r["ttfa_ms_max"] >= r["submit_wait_ms_max"] >= 0
+        assert r["stream_tok_s_min"] <= r["stream_tok_s_p50"]
+    md = (tmp_path / "orpheus_streams_smoke.md").read_text()
+    assert md.startswith(
+        "# Orpheus concurrent streams\n\n`python benchmarks/orpheus_streams.py --smoke"
     )
+    assert md.index("## Open loop: Poisson arrivals") < md.index("## Simultaneous start")
+
+
+def slowed(tts: TokenTTS, monkeypatch, seconds: float) -> TokenTTS:
+    """Every step takes `seconds` longer, as on a busy server."""
+    step = tts.step
+
+    def slow_step():
+        time.sleep(seconds)
+        return step()
+
+    monkeypatch.setattr(tts, "step", slow_step)
+    return tts
+
+
+def test_open_loop_counts_time_to_first_audio_from_arrival(monkeypatch):
+    bench = load_streams_benchmark()
+    tts = slowed(tiny_tts(), monkeypatch, 0.05)
+    run = bench.serve_open_loop(tts, [0.0, 0.01], tokens=14, stop_s=30.0)
+    utts, requests = bench.settle(tts, run)
+    late = list(run.due)[1]
+    assert run.submitted[late] - run.due[late] > 0.03  # due mid-step, submitted after it
+    from_arrival = sorted((u.first_audio - run.due[i]) * 1e3 for i, u in utts.items())
+    row = bench.open_loop_row(run, utts, requests, 0.01, tts.sample_rate)
+    assert (row["ttfa_ms_p50"], row["ttfa_ms_max"]) == (from_arrival[0], from_arrival[1])
+    assert (utts[late].first_audio - run.due[late]) * 1e3 > utts[late].ttfa_ms + 30
+    assert row["finished"] == 2 and not tts.utterances and not tts.engine.requests
+
+
+def test_open_loop_cut_off_by_its_timeout_counts_and_clears_the_unfinished(monkeypatch):
+    bench = load_streams_benchmark()
+    tts = slowed(tiny_tts(), monkeypatch, 0.05)
+    run = bench.serve_open_loop(tts, [0.0, 0.0], tokens=14, stop_s=0.12)
+    utts, requests = bench.settle(tts, run)
+    row = bench.open_loop_row(run, utts, requests, 0.01, tts.sample_rate)
+    assert (row["requests"], row["finished"]) == (2, 0)
+    assert not tts.has_unfinished() and not tts.utterances and not tts.engine.requests
+
+
+def test_open_loop_load_and_wall_split():
+    bench = load_streams_benchmark()
+    assert bench.occupancy([(0, 2), (1, 3), (5, 6)], 0, 4) == (1.0, 2)
+    assert bench.occupancy([(0, 1), (1, 2)], 0, 2) == (1.0, 1)  # one ends as one starts
+    split = bench.wall_split([(10.0, True), (20.0, False), (5.0, False)], 0.015, 0.05)
+    assert split["prefill_steps"] == 2  # the step after a prefill waits for it on a GPU
+    assert split["prefill_share"] == pytest.approx(0.6)
+    assert split["decode_share"] == pytest.approx(0.1)
+    assert split["idle_share"] == pytest.approx(0.3)
 
 
 def test_decode_mode_follows_the_pipeline_config():
