@@ -277,6 +277,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     """
     from lab.pipeline import Pipeline, describe_startup
     from lab.serve import LabServer, ServeOptions
+    from lab.serve.allocator import cap_arenas
     from lab.serve.memory_plan import plan_memory
     from lab.serve.server import listen
 
@@ -288,6 +289,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         return
     listener = listen(args.host, args.port)
     _warn_if_exposed(args.host)
+    print(cap_arenas())
     plan = plan_memory(cfg, slots=options.slots)
     print(plan.summary())
     options = dataclasses.replace(options, slots=plan.slots)

@@ -2,16 +2,18 @@
 
 Both sides are normalised first so that only audible differences count: "42" and "forty two",
 "Hello," and "hello", "well-known" and "well known" are the same speech. A different normaliser
-can be passed for a voice that reads its input differently from the lab's frontend.
+can be passed for a voice that reads its input differently from the lab's frontend. The
+alignment itself is jiwer's (the library behind Hugging Face `evaluate`'s WER), so our rates
+are computed the way other reports compute theirs and only the normalisation is the lab's own.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
+import jiwer
 
 from lab.frontend import normalize_text as spoken_text
 
@@ -59,54 +61,20 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
-def edit_counts(reference: Sequence[object], hypothesis: Sequence[object]) -> EditCounts:
-    """Minimal substitutions, deletions and insertions turning `reference` into `hypothesis`.
-
-    Rows of the Levenshtein table are filled with whole-array operations: within a row the
-    insertion chain is a running minimum, so only the rows are looped over.
-    """
-    if not reference:
-        raise TextCompareError("reference is empty; error rates are undefined")
-    vocab: dict[object, int] = {}
-    ref = np.array([vocab.setdefault(t, len(vocab)) for t in reference])
-    hyp = np.array([vocab.setdefault(t, len(vocab)) for t in hypothesis], dtype=np.int64)
-    columns = np.arange(hyp.size + 1)
-    table = np.empty((ref.size + 1, hyp.size + 1), dtype=np.int64)
-    table[0] = columns
-    for i in range(1, ref.size + 1):
-        above = table[i - 1]
-        best = np.empty_like(above)
-        best[0] = i
-        best[1:] = np.minimum(above[1:] + 1, above[:-1] + (hyp != ref[i - 1]))
-        table[i] = columns + np.minimum.accumulate(best - columns)
-    return _count_edits(table, ref, hyp)
-
-
-def _count_edits(table: np.ndarray, ref: np.ndarray, hyp: np.ndarray) -> EditCounts:
-    """Walk back from the corner of a filled table, tallying each edit kind on one best path."""
-    i, j = ref.size, hyp.size
-    subs = dels = ins = 0
-    while i > 0 or j > 0:
-        if i > 0 and j > 0 and table[i, j] == table[i - 1, j - 1] + (ref[i - 1] != hyp[j - 1]):
-            subs += int(ref[i - 1] != hyp[j - 1])
-            i, j = i - 1, j - 1
-        elif i > 0 and table[i, j] == table[i - 1, j] + 1:
-            dels += 1
-            i -= 1
-        else:
-            ins += 1
-            j -= 1
-    return EditCounts(subs, dels, ins, ref.size)
-
-
 def word_edits(
     reference: str, hypothesis: str, normalizer: Normalizer = normalize_text
 ) -> EditCounts:
     """Word-level edits between two texts after normalising both."""
-    words = normalizer(reference).split()
-    if not words:
-        raise TextCompareError(f"reference text {reference!r} has no words after normalisation")
-    return edit_counts(words, normalizer(hypothesis).split())
+    ref, hyp = _normalised(reference, hypothesis, normalizer, "words")
+    return _counts(jiwer.process_words(ref, hyp))
+
+
+def char_edits(
+    reference: str, hypothesis: str, normalizer: Normalizer = normalize_text
+) -> EditCounts:
+    """Character-level edits, spaces included, so a split or merged word costs one edit."""
+    ref, hyp = _normalised(reference, hypothesis, normalizer, "characters")
+    return _counts(jiwer.process_characters(ref, hyp))
 
 
 def wer(reference: str, hypothesis: str, normalizer: Normalizer = normalize_text) -> float:
@@ -116,9 +84,23 @@ def wer(reference: str, hypothesis: str, normalizer: Normalizer = normalize_text
 
 def cer(reference: str, hypothesis: str, normalizer: Normalizer = normalize_text) -> float:
     """Character error rate over the normalised texts, spaces included, as a fraction."""
+    return char_edits(reference, hypothesis, normalizer).rate
+
+
+def _normalised(
+    reference: str, hypothesis: str, normalizer: Normalizer, unit: str
+) -> tuple[str, str]:
+    """Both texts as they would be spoken, refusing a reference with nothing left to compare."""
     ref = normalizer(reference)
-    if not ref:
-        raise TextCompareError(
-            f"reference text {reference!r} has no characters after normalisation"
-        )
-    return edit_counts(ref, normalizer(hypothesis)).rate
+    if not ref.strip():
+        raise TextCompareError(f"reference text {reference!r} has no {unit} after normalisation")
+    return ref, normalizer(hypothesis)
+
+
+def _counts(output: jiwer.WordOutput | jiwer.CharacterOutput) -> EditCounts:
+    return EditCounts(
+        substitutions=output.substitutions,
+        deletions=output.deletions,
+        insertions=output.insertions,
+        reference_length=output.hits + output.substitutions + output.deletions,
+    )

@@ -2,13 +2,14 @@
 
 import random
 
+import jiwer
 import pytest
 
 from lab.quality.text_compare import (
     EditCounts,
     TextCompareError,
     cer,
-    edit_counts,
+    char_edits,
     normalize_text,
     wer,
     word_edits,
@@ -41,15 +42,36 @@ def test_normalize_text(text, normal):
     assert normalize_text(text) == normal
 
 
-def test_edit_counts_by_kind():
-    assert edit_counts("abc", "abc").errors == 0
-    assert edit_counts("abc", "axc") == EditCounts(1, 0, 0, 3)
-    deletion = edit_counts("abc", "ac")
-    assert (deletion.substitutions, deletion.deletions, deletion.insertions) == (0, 1, 0)
-    insertion = edit_counts("abc", "abxc")
-    assert (insertion.substitutions, insertion.deletions, insertion.insertions) == (0, 0, 1)
-    assert edit_counts("kitten", "sitting").errors == 3
-    assert edit_counts("abc", "").deletions == 3
+@pytest.mark.parametrize(
+    ("hypothesis", "edits"),
+    [
+        ("the cat sat on the mat", EditCounts(0, 0, 0, 6)),
+        ("the cat sit on the mat", EditCounts(1, 0, 0, 6)),
+        ("the cat on the mat", EditCounts(0, 1, 0, 6)),
+        ("the cat sat down on the mat", EditCounts(0, 0, 1, 6)),
+        ("a cat sat the mat too", EditCounts(1, 1, 1, 6)),
+        ("", EditCounts(0, 6, 0, 6)),
+    ],
+)
+def test_word_edits_match_hand_counts(hypothesis, edits):
+    assert word_edits("the cat sat on the mat", hypothesis) == edits
+    assert wer("the cat sat on the mat", hypothesis) == pytest.approx(edits.errors / 6)
+
+
+def test_wer_of_a_textbook_pair():
+    """Two substitutions (jumps/jumped, the/a) and one insertion over nine reference words."""
+    reference = "the quick brown fox jumps over the lazy dog"
+    hypothesis = "the quick brown fox jumped over a lazy dog dog"
+    assert word_edits(reference, hypothesis) == EditCounts(2, 0, 1, 9)
+    assert wer(reference, hypothesis) == pytest.approx(3 / 9)
+
+
+def test_char_edits_match_hand_counts():
+    assert char_edits("kitten", "sitting") == EditCounts(2, 0, 1, 6)
+    assert char_edits("abcd", "acd") == EditCounts(0, 1, 0, 4)
+    assert char_edits("abc", "abxc") == EditCounts(0, 0, 1, 3)
+    assert char_edits("abc", "") == EditCounts(0, 3, 0, 3)
+    assert cer("kitten", "sitting") == pytest.approx(0.5)
 
 
 def _levenshtein(a, b):
@@ -61,21 +83,33 @@ def _levenshtein(a, b):
     return row[-1]
 
 
-def test_edit_counts_agree_with_textbook_levenshtein():
+def test_char_edits_agree_with_textbook_levenshtein():
     rng = random.Random(3)
     for _ in range(300):
         a = "".join(rng.choice("abc") for _ in range(rng.randint(1, 12)))
         b = "".join(rng.choice("abc") for _ in range(rng.randint(0, 12)))
-        counts = edit_counts(a, b)
+        counts = char_edits(a, b, normalizer=str)
         assert counts.errors == _levenshtein(a, b)
         assert len(a) - counts.deletions + counts.insertions == len(b)
 
 
+def test_rates_are_jiwers_on_the_normalised_texts():
+    reference, hypothesis = "My brother found 12 old coins.", "my brother found twelve cold coins"
+    expected = normalize_text(reference), normalize_text(hypothesis)
+    assert wer(reference, hypothesis) == pytest.approx(jiwer.wer(*expected))
+    assert cer(reference, hypothesis) == pytest.approx(jiwer.cer(*expected))
+
+
+def test_normalisation_comes_before_alignment():
+    """Case, punctuation and spelled-out numbers cost nothing; only the spoken words count."""
+    assert wer("Hello, World! I have 42 apples.", "hello world i have forty two apples") == 0.0
+    assert cer("Hello, World!", "HELLO world") == 0.0
+    assert word_edits("I have 42 apples.", "i have forty three apples") == EditCounts(1, 0, 0, 5)
+    assert wer("It costs $3.50.", "it costs three dollars and fifty cents") == 0.0
+
+
 def test_wer_counts_words_after_normalisation():
-    assert wer("I have 42 apples.", "i have forty two apples") == 0.0
     assert wer("the cat sat", "the cat sat down") == pytest.approx(1 / 3)
-    assert wer("the cat sat", "the dog sat") == pytest.approx(1 / 3)
-    assert wer("the cat sat", "the sat") == pytest.approx(1 / 3)
     assert wer("the cat", "") == 1.0
     assert wer("yes", "yes yes yes") == 2.0
     counts = word_edits("one two three four", "one too three four five")
