@@ -4,18 +4,7 @@ import pytest
 import torch
 
 from lab.engine.engine import EngineConfig, LLMEngine
-from lab.engine.llm import LM, LMConfig
 from lab.engine.request import RequestError, SamplingParams
-
-CFG = LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=64,
-               max_seq_len=256)
-
-
-@pytest.fixture(scope="module")
-def lm() -> LM:
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return LM(CFG).eval().requires_grad_(False)
 
 
 def engine(lm, **kw) -> LLMEngine:
@@ -116,7 +105,7 @@ def test_bad_requests_are_refused_and_leave_the_engine_as_it_was(lm):
     eng = engine(lm)
     eng.add_request([1, 2], GREEDY, request_id="x")
     with pytest.raises(RequestError, match="outside the vocabulary"):
-        eng.add_request([1, CFG.vocab_size], GREEDY)
+        eng.add_request([1, lm.cfg.vocab_size], GREEDY)
     with pytest.raises(RequestError, match="already in use"):
         eng.add_request([1], GREEDY, request_id="x")
     with pytest.raises(RequestError, match="exceeds the cache length"):

@@ -13,18 +13,7 @@ import torch
 from lab.engine import GraphedDecoder, StaticKVCache
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.graphs import default_key_buckets
-from lab.engine.llm import LM, LMConfig
 from lab.engine.request import SamplingParams
-
-CFG = LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=64,
-               max_seq_len=256)
-
-
-@pytest.fixture(scope="module")
-def lm() -> LM:
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return LM(CFG).eval().requires_grad_(False)
 
 
 def _cache(model, slots: int, max_len: int) -> StaticKVCache:

@@ -9,18 +9,7 @@ from lab.engine import kv_dtype
 from lab.engine.cache import StaticKVCache
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.kv_dtype import FP8, kv_bytes_per_slot, load, storage_dtype, store
-from lab.engine.llm import LM, LMConfig
 from lab.engine.request import SamplingParams
-
-CFG = LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=64,
-               max_seq_len=256)
-
-
-@pytest.fixture(scope="module")
-def lm() -> LM:
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return LM(CFG).eval().requires_grad_(False)
 
 
 def test_a_vector_round_trips_within_fp8_precision_whatever_its_magnitude():
@@ -55,8 +44,9 @@ def test_bytes_per_slot_count_fp8_values_and_their_scales():
 def test_fp8_logits_stay_close_and_pick_the_same_tokens(lm):
     """Forty decode steps of two rows, teacher-forced on the model-dtype run's greedy tokens,
     so errors are compared step by step instead of compounding into different texts."""
-    prompt = torch.randint(0, CFG.vocab_size, (2, 12), generator=torch.Generator().manual_seed(5))
-    caches = [StaticKVCache(CFG.n_layers, 2, 64, CFG.n_kv_heads, CFG.head_dim, dtype)
+    cfg = lm.cfg
+    prompt = torch.randint(0, cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(5))
+    caches = [StaticKVCache(cfg.n_layers, 2, 64, cfg.n_kv_heads, cfg.head_dim, dtype)
               for dtype in (torch.float32, FP8)]
     positions = torch.arange(12).expand(2, 12)
     ref, fp8 = (lm(prompt, positions, c, last_only=True)[:, -1] for c in caches)
