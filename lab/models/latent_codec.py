@@ -158,7 +158,7 @@ class LatentCodec:
         return z.transpose(1, 2).to(self.dtype)
 
     def _eager(self, z: torch.Tensor) -> torch.Tensor:
-        return self.generator(z, torch.ones_like(z[:, :1]))
+        return self.generator(z, None)
 
     @torch.inference_mode()
     def decode(self, frames: torch.Tensor) -> torch.Tensor:

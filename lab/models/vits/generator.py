@@ -2,7 +2,12 @@
 
 Activations beyond each item's length are zeroed before every convolution. For one item this is
 exactly what zero padding already does; for a padded batch it makes every item's audio equal to
-decoding it alone, which is what lets the lab batch without changing the sound.
+decoding it alone, which is what lets the lab batch without changing the sound. Where no item is
+padded the mask is None and nothing is multiplied.
+
+The generator is most of the voice's time, so it runs on channels-last frames (`frames.py`) and
+updates its residual sums in place: the long, 32-channel tensors of the last stage make every
+extra pass over memory count.
 """
 
 from __future__ import annotations
@@ -11,9 +16,19 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from lab.models.vits.frames import FrameConv, FrameUpsample, from_frames, to_frames
 from lab.models.vits.layers import same_padding
 
 SLOPE = 0.1
+
+
+def _activate(x: torch.Tensor, mask: torch.Tensor | None, slope: float = SLOPE, *,
+              inplace: bool = False) -> torch.Tensor:
+    """leaky_relu(x), zeroed beyond each item's length: what every convolution here reads.
+    In place where nothing reads x again, which spares a fresh tensor the size of x. (The mask
+    is applied out of place: autograd needs an in-place leaky_relu's output as it was.)"""
+    y = F.leaky_relu(x, slope, inplace=inplace)
+    return y if mask is None else y * mask
 
 
 class ResBlock(nn.Module):
@@ -22,16 +37,20 @@ class ResBlock(nn.Module):
     def __init__(self, channels: int, kernel_size: int, dilations: tuple[int, int]) -> None:
         super().__init__()
         self.convs = nn.ModuleList(
-            nn.Conv1d(
+            FrameConv(
                 channels, channels, kernel_size, dilation=d, padding=same_padding(kernel_size, d)
             )
             for d in dilations
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        for conv in self.convs:
-            x = x + conv(F.leaky_relu(x, SLOPE) * mask)
-        return x * mask
+    def forward(self, x: torch.Tensor, activated: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        """x [B, C, 1, T] frames; `activated` is `_activate(x, mask)`, computed once for all
+        of a stage's blocks since they start from the same x. Beyond each length the result
+        is not zeroed: whatever reads it masks first."""
+        for i, conv in enumerate(self.convs):
+            x = conv(activated if i == 0 else _activate(x, mask)).add_(x)
+        return x
 
 
 class Generator(nn.Module):
@@ -47,17 +66,17 @@ class Generator(nn.Module):
         super().__init__()
         self.upsample_rates = upsample_rates
         self.n_kernels = len(resblock_kernels)
-        self.conv_pre = nn.Conv1d(in_channels, channels, 7, padding=3)
+        self.conv_pre = FrameConv(in_channels, channels, 7, padding=3)
         self.ups = nn.ModuleList()
         self.resblocks = nn.ModuleList()
         for i, (rate, kernel) in enumerate(zip(upsample_rates, upsample_kernels, strict=True)):
             c_in, c_out = channels // 2**i, channels // 2 ** (i + 1)
             self.ups.append(
-                nn.ConvTranspose1d(c_in, c_out, kernel, rate, padding=(kernel - rate) // 2)
+                FrameUpsample(c_in, c_out, kernel, rate, padding=(kernel - rate) // 2)
             )
             for k, d in zip(resblock_kernels, resblock_dilations, strict=True):
                 self.resblocks.append(ResBlock(c_out, k, d))
-        self.conv_post = nn.Conv1d(
+        self.conv_post = FrameConv(
             channels // 2 ** len(upsample_rates), 1, 7, padding=3, bias=False
         )
 
@@ -68,14 +87,25 @@ class Generator(nn.Module):
             hop *= rate
         return hop
 
-    def forward(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """z [B, C, T] latent frames; mask [B, 1, T]. Returns audio [B, T * hop]."""
-        x = self.conv_pre(z * mask)
+    def _stage(self, i: int, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The mean of stage i's resblocks, summed in place."""
+        blocks = self.resblocks[i * self.n_kernels : (i + 1) * self.n_kernels]
+        activated = _activate(x, mask)
+        total = blocks[0](x, activated, mask)
+        for block in blocks[1:]:
+            total.add_(block(x, activated, mask))
+        return total.div_(self.n_kernels)
+
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """z [B, C, T] latent frames; mask [B, 1, T], or None when no item is padded.
+        Returns audio [B, T * hop]."""
+        frame_mask = None if mask is None else to_frames(mask)
+        x = self.conv_pre(to_frames(z if mask is None else z * mask))
         for i, (up, rate) in enumerate(zip(self.ups, self.upsample_rates, strict=True)):
-            x = up(F.leaky_relu(x, SLOPE) * mask)
-            mask = mask.repeat_interleave(rate, dim=-1)
-            x = x * mask
-            blocks = self.resblocks[i * self.n_kernels : (i + 1) * self.n_kernels]
-            x = sum(block(x, mask) for block in blocks) / self.n_kernels
-        x = self.conv_post(F.leaky_relu(x) * mask)
-        return torch.tanh(x)[:, 0] * mask[:, 0]
+            x = up(_activate(x, frame_mask, inplace=True))
+            if frame_mask is not None:
+                frame_mask = frame_mask.repeat_interleave(rate, dim=-1)
+            x = self._stage(i, x, frame_mask)
+        audio = self.conv_post(_activate(x, frame_mask, 0.01, inplace=True))
+        audio = torch.tanh(from_frames(audio))[:, 0]
+        return audio if mask is None else audio * from_frames(frame_mask)[:, 0]

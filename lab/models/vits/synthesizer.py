@@ -98,4 +98,6 @@ class Synthesizer(nn.Module):
         return Latents(self.flow.inverse(z_p, mask), mask, lengths, durations)
 
     def vocode(self, z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.dec(z, mask)
+        """Audio [B, frames * hop]. Where no item is padded (one sentence, a streamed window)
+        the mask is all ones, and the vocoder is spared multiplying by it."""
+        return self.dec(z, None if bool(mask.all()) else mask)

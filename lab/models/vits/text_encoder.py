@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from lab.models.vits.attention import RelativeAttention
+from lab.models.vits.attention import AttentionLayout, RelativeAttention
 from lab.models.vits.layers import ChannelNorm
 
 
@@ -29,6 +29,7 @@ class Encoder(nn.Module):
         self, channels: int, hidden: int, n_heads: int, n_layers: int, kernel_size: int, window: int
     ) -> None:
         super().__init__()
+        self.window = window
         self.attn_layers = nn.ModuleList(
             RelativeAttention(channels, n_heads, window) for _ in range(n_layers)
         )
@@ -40,11 +41,12 @@ class Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = x * mask
+        layout = AttentionLayout.of(mask, self.window)
         layers = zip(
             self.attn_layers, self.norm_layers_1, self.ffn_layers, self.norm_layers_2, strict=True
         )
         for attn, norm_1, ffn, norm_2 in layers:
-            x = norm_1(x + attn(x, mask))
+            x = norm_1(x + attn(x, layout))
             x = norm_2(x + ffn(x, mask))
         return x * mask
 

@@ -1,0 +1,66 @@
+"""benchmarks/voice_peers.py: its figures from the children's passes, and rows that cannot run."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def peers():
+    sys.path.insert(0, str(BENCHMARKS))  # it reuses voice_bench's report header
+    try:
+        spec = importlib.util.spec_from_file_location("voice_peers", BENCHMARKS / "voice_peers.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def child_result(rtfs: list[list[float]], **extra) -> dict:
+    """A child's output: passes of (wall s, audio s) with audio 2 s per sentence."""
+    return {"load_s": 1.0, "passes": [[(2 * r, 2.0) for r in p] for p in rtfs], **extra}
+
+
+def test_rtf_is_the_median_over_sentences_and_passes_with_its_range(peers):
+    runs = [child_result([[0.1, 0.3]], wer=0.05, dnsmos_ovrl=3.2), child_result([[0.2, 0.4]])]
+    row = peers.summary("lab fp32", runs)
+    assert row["rtf"] == pytest.approx(0.25)
+    assert (row["rtf_min"], row["rtf_max"]) == (pytest.approx(0.1), pytest.approx(0.4))
+    assert row["rtf_of_totals"] == pytest.approx(0.25) and row["passes"] == 2
+    assert row["wer"] == 0.05 and row["dnsmos_ovrl"] == 3.2
+
+
+def test_ratios_divide_by_onnxruntime_and_failed_rows_keep_their_reason(peers):
+    rows = peers.with_ratio([peers.summary("onnxruntime", [child_result([[0.1]])]),
+                             peers.summary("lab fp32", [child_result([[0.05]])]),
+                             peers.summary("hibari", [{"error": "not installed"}])])
+    assert rows[0]["rtf_vs_onnxruntime"] == 1.0
+    assert rows[1]["rtf_vs_onnxruntime"] == pytest.approx(0.5)
+    assert rows[2] == {"row": "hibari", "error": "not installed"}
+
+
+def test_a_peer_that_is_not_installed_is_a_recorded_reason(peers, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "hibari", None)  # import hibari raises ImportError
+    out = tmp_path / "row.json"
+    peers.child(peers.parse_args(["--child", "hibari", "--result", str(out), "--limit", "1"]))
+    saved = json.loads(out.read_text())
+    assert saved["row"] == "hibari" and "hibari-tts is not installed" in saved["error"]
+
+
+def test_the_report_names_its_baseline_and_anomalies(peers, tmp_path):
+    rows = peers.with_ratio([peers.summary("onnxruntime", [child_result([[0.1, 0.2]])]),
+                             peers.summary("hibari", [{"error": "not installed"}])])
+    result = {"meta": {"command": "python benchmarks/voice_peers.py", "threads": 2},
+              "baseline": "onnxruntime", "anomalies": ["hibari: not installed"], "rows": rows}
+    peers.write(result, tmp_path, "peers")
+    md = (tmp_path / "peers.md").read_text()
+    assert "Command: `python benchmarks/voice_peers.py`" in md
+    assert "- Baseline: onnxruntime" in md and "  - hibari: not installed" in md
+    assert "| onnxruntime | 0.15 (0.1-0.2) |" in md
+    assert json.loads((tmp_path / "peers.json").read_text())["rows"][0]["pass_rtf"]

@@ -1,0 +1,84 @@
+"""The VITS port's fast paths give the numbers of the plain ones they replace.
+
+The vocoder runs channels-last 2-D convolutions with in-place sums and skips its mask where no
+item is padded; the text encoder builds its attention layout once. Small random models: the
+parity test holds the real voice against onnxruntime.
+"""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from lab.models.vits.attention import AttentionLayout
+from lab.models.vits.frames import FrameConv, FrameUpsample, from_frames, to_frames
+from lab.models.vits.generator import Generator
+from lab.models.vits.layers import sequence_mask
+from lab.models.vits.text_encoder import TextEncoder
+
+
+@pytest.fixture(scope="module")
+def generator() -> Generator:
+    torch.manual_seed(0)
+    return Generator(in_channels=8, channels=16, upsample_rates=(2, 2),
+                     upsample_kernels=(4, 4)).eval()
+
+
+def test_frame_convolutions_equal_their_1d_originals():
+    torch.manual_seed(0)
+    conv = FrameConv(6, 5, 5, dilation=2, padding=4)
+    up = FrameUpsample(6, 5, 8, 4, padding=2)
+    x = torch.randn(2, 6, 11)
+    framed = from_frames(conv(to_frames(x)))
+    assert torch.allclose(framed, F.conv1d(x, conv.weight, conv.bias, padding=4, dilation=2),
+                          atol=1e-5)
+    upsampled = from_frames(up(to_frames(x)))
+    assert torch.allclose(upsampled, F.conv_transpose1d(x, up.weight, up.bias, 4, 2), atol=1e-5)
+    assert conv.weight.shape == (5, 6, 5), "weights keep Conv1d's shape, so they load by name"
+
+
+def test_no_mask_is_the_all_ones_mask(generator):
+    z = torch.randn(2, 8, 9)
+    with torch.inference_mode():
+        masked = generator(z, torch.ones(2, 1, 9))
+        unmasked = generator(z, None)
+    assert torch.allclose(masked, unmasked, atol=1e-6)
+
+
+def test_a_padded_batch_vocodes_each_item_as_if_alone(generator):
+    lengths = torch.tensor([9, 5])
+    z = torch.randn(2, 8, 9)
+    mask = sequence_mask(lengths).unsqueeze(1).float()
+    with torch.inference_mode():
+        batch = generator(z, mask)
+        short = generator(z[1:, :, :5], None)
+    hop = generator.hop_length
+    assert torch.allclose(batch[1, : 5 * hop], short[0], atol=1e-5)
+    assert torch.count_nonzero(batch[1, 5 * hop :]) == 0
+
+
+def test_the_vocoder_backpropagates_to_its_input(generator):
+    """The codec decoder trains through the vocoder: its in-place sums must not break autograd."""
+    z = torch.randn(1, 8, 6, requires_grad=True)
+    generator(z, torch.ones(1, 1, 6)).pow(2).sum().backward()
+    assert z.grad is not None and torch.isfinite(z.grad).all() and z.grad.abs().sum() > 0
+
+
+def test_attention_layout_blocks_only_padded_pairs():
+    full = AttentionLayout.of(torch.ones(2, 1, 4), window=1)
+    assert full.blocked is None
+    padded = AttentionLayout.of(sequence_mask(torch.tensor([4, 2])).unsqueeze(1).float(), 1)
+    assert not padded.blocked[0].any()
+    assert padded.blocked[1, 0, :2, :2].logical_not().all() and padded.blocked[1, 0, 2:].all()
+    assert padded.index.shape == (4, 4) and padded.index[0, 3] == 3, "offset 3 is off the window"
+
+
+def test_the_encoder_reads_a_padded_item_as_if_alone():
+    torch.manual_seed(0)
+    encoder = TextEncoder(20, channels=16, hidden=32, n_heads=2, n_layers=2).eval()
+    ids = torch.randint(1, 20, (2, 7))
+    lengths = torch.tensor([7, 4])
+    mask = sequence_mask(lengths).unsqueeze(1).float()
+    with torch.inference_mode():
+        _, mean, _ = encoder(ids, mask)
+        _, alone, _ = encoder(ids[1:, :4], torch.ones(1, 1, 4))
+    assert torch.allclose(mean[1, :, :4], alone[0], atol=1e-5)
