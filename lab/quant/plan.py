@@ -3,9 +3,10 @@
 A family says which of its parts each knob may touch (`PrecisionPlan`); `apply_knobs` applies
 the knobs in one fixed order, the way nano-vllm's model runner sets up: resolve the dtype for
 the device, cast the whole model once, let the family rebuild what a cast spoils, put the fp32
-islands back, quantize linears in the dtype they now have, then compile. No step undoes an
-earlier one (quantizing never recasts), so every note in the report is still true at the end,
-and `PrecisionReport.expected_dtypes` lets a test hold the report against the real parameters.
+islands back, quantize (linears, or whole parts for int8-static) in the dtype they now have,
+then compile. No step undoes an earlier one (quantizing never recasts), so every note in the
+report is still true at the end, and `PrecisionReport.expected_dtypes` lets a test hold the
+report against the real parameters.
 """
 
 from __future__ import annotations
@@ -23,9 +24,25 @@ from lab.quant.precision import (
     dtype_name,
     dtype_of,
     quant_mode,
-    quantize_linears,
+    quantize_model,
     weight_bytes,
 )
+
+
+@dataclass(frozen=True)
+class StaticParts:
+    """What a family lets int8-static quantize whole (`lab.quant.pt2e`).
+
+    `parts`: submodule paths, each with the method of it that is exported, quantized and
+    compiled ("forward", or "inverse" for a flow run backwards). `calibrate`: renders a few
+    texts through the family's own path, the calls a request makes; what each part receives on
+    the way is recorded to set its activation ranges. `keep_float`: layers (model paths) left
+    in float inside the parts, with the reason the user reads.
+    """
+
+    parts: Mapping[str, str]
+    calibrate: Callable[[], None]
+    keep_float: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -38,13 +55,16 @@ class PrecisionPlan:
     they vary per text; a part with fixed
     shapes (the LM decode step) is compiled and captured by `lab.engine.graphs` instead, so a
     family leaves it out here and hands the knob to the engine. `after_cast`: rebuilds what a
-    cast spoils (the LM's rotary tables and tied head), run right after the cast.
+    cast spoils (the LM's rotary tables and tied head), run right after the cast. `static`:
+    the parts int8-static may quantize whole; None where the family cannot calibrate, and
+    int8-static then falls back.
     """
 
     quantize: tuple[str, ...] = ("",)
     fp32_islands: Mapping[str, str] = field(default_factory=dict)
     compile: tuple[str, ...] = ()
     after_cast: Callable[[nn.Module], None] | None = None
+    static: StaticParts | None = None
 
 
 @dataclass
@@ -53,9 +73,10 @@ class PrecisionReport:
 
     `dtype` is the dtype the model runs in (after the device rules); `quant` the mode applied
     after fallbacks; `compile` the compile choice, or "none" when nothing was compiled here.
-    `notes` holds every fallback and warning, `skipped` the linears a kernel could not take,
-    `fp32_islands` the parts kept in fp32 and `quantized` the linears whose weights are now
-    torchao tensors.
+    `notes` holds every fallback and warning, `skipped` the layers a kernel could not take,
+    `fp32_islands` the parts kept in fp32 and `quantized` the layers now quantized: linears
+    whose weights are torchao tensors, or, under int8-static, layers of a part that now runs as
+    a compiled int8 program (its module keeps its float weights for reference).
     """
 
     dtype: str
@@ -110,15 +131,22 @@ def _keep_islands(model: nn.Module, plan: PrecisionPlan, dtype: torch.dtype,
                   for path, why in plan.fp32_islands.items()]
 
 
-def _compile(model: nn.Module, plan: PrecisionPlan, mode: str, notes: list[str]) -> str:
-    """Compile the plan's parts. Lazily: a compiler error surfaces at the first call, and the
-    pipeline's warm-up at load makes that call before any user request."""
-    if inductor_mode(mode) is None or not plan.compile:
+def _compile(model: nn.Module, plan: PrecisionPlan, mode: str, done: list[str],
+             notes: list[str]) -> str:
+    """Compile the plan's parts, except those quantization has `done` compiling. Lazily: a
+    compiler error surfaces at the first call, and the pipeline's warm-up at load makes that
+    call before any user request."""
+    if done:
+        notes.append(f"{', '.join(done)}: int8 programs compiled by Inductor, whatever the "
+                     "compile knob: uncompiled, int8 layers would be float kernels wrapped in "
+                     "quantize/dequantize steps, slower than float")
+    todo = tuple(path for path in plan.compile if path not in done)
+    if inductor_mode(mode) is None or not todo:
         return "none"
-    for path in plan.compile:
+    for path in todo:
         module = model.get_submodule(path)
         module.forward = compiled(module.forward, mode, dynamic=True)
-    if note := compile_note(mode, ", ".join(plan.compile)):
+    if note := compile_note(mode, ", ".join(todo)):
         notes.append(note)
     return mode
 
@@ -144,13 +172,14 @@ def apply_knobs(
     if plan.after_cast is not None:
         plan.after_cast(model)
     _keep_islands(model, plan, run, notes)
-    done = quantize_linears(
+    done = quantize_model(
         model, quant, run, device,
         select=lambda fqn: _within(fqn, plan.quantize) and not _within(fqn, plan.fp32_islands),
+        static=plan.static,
     )
     report = PrecisionReport(dtype=dtype_name(run), quant=done.applied,
                              notes=notes + done.notes, skipped=done.skipped,
                              fp32_islands=tuple(plan.fp32_islands), quantized=done.quantized)
-    report.compile = _compile(model, plan, compile_mode, report.notes)
+    report.compile = _compile(model, plan, compile_mode, done.compiled, report.notes)
     report.weight_bytes = weight_bytes(model)
     return report

@@ -5,22 +5,28 @@ on step time. Each quant mode needs hardware and shapes that fit its kernel; whe
 it steps down its fallback chain and records why, instead of silently running something else.
 
 A mode is one `QuantMode` in `QUANT_MODES`: its torchao config, where it can run, which linears
-its kernel takes, and the mode to try next. `quantize_linears` walks a chain without naming any
-mode, so a new mode is one `register(...)` call. Families reach this through
-`lab.quant.plan.apply_knobs`; `apply_precision` is the plain whole-model call that benchmarks
-and tests use on the LM.
+its kernel takes, how it quantizes, and the mode to try next. Most modes swap linear weights one
+by one; int8-static quantizes whole parts a family names, through `lab.quant.pt2e`.
+`quantize_model` walks a chain without naming any mode, so a new mode is one `register(...)`
+call. Families reach this through `lab.quant.plan.apply_knobs`; `apply_precision` is the plain
+whole-model call that benchmarks and tests use on the LM.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from lab.quant import ao
+
+if TYPE_CHECKING:
+    from lab.quant.plan import StaticParts
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 INT4_GROUP = 128
@@ -65,6 +71,20 @@ def _fp8_reason(device: torch.device, dtype: torch.dtype) -> str | None:
     return None
 
 
+def _static_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    if reason := _torchao_reason(device, dtype):
+        return reason
+    if device.type != "cpu" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return (f"static int8 lowers to oneDNN's x86 CPU kernels; the model is on {device} "
+                f"({platform.machine()})")
+    if dtype != torch.float32:
+        return (f"static int8 calibrates and runs around fp32 activations; model dtype is "
+                f"{dtype_name(dtype)}")
+    if not torch.backends.mkldnn.is_available():
+        return "static int8 needs oneDNN, which this torch build lacks"
+    return None
+
+
 def _any_shape(linear: nn.Linear) -> bool:
     return True
 
@@ -74,17 +94,92 @@ def _sides(k_step: int, n_step: int) -> Callable[[nn.Linear], bool]:
     return lambda linear: linear.in_features % k_step == 0 and linear.out_features % n_step == 0
 
 
+@dataclass
+class Target:
+    """What a quant mode may act on: the model in the dtype and on the device it now has, the
+    linears the family's plan lets quantization touch, and the parts it lets int8-static
+    quantize whole (None where the family cannot calibrate)."""
+
+    model: nn.Module
+    dtype: torch.dtype
+    device: torch.device
+    linears: dict[str, nn.Linear]
+    static: StaticParts | None = None
+
+
+@dataclass
+class Quantized:
+    """What `quantize_model` did: the mode applied, why the modes before it in the chain were
+    not, the layers its kernel could not take, those really quantized, and the parts it has
+    compiled itself (int8-static runs only compiled)."""
+
+    applied: str
+    notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    quantized: list[str] = field(default_factory=list)
+    compiled: list[str] = field(default_factory=list)
+
+
+def _probe(mode: QuantMode, dtype: torch.dtype, device: torch.device) -> None:
+    """Quantize and run one small linear at decode (1 row) and prefill (17 rows) sizes, so a
+    kernel that cannot run here fails now, not halfway through the model."""
+    probe = nn.Sequential(nn.Linear(256, 256, bias=False)).to(device=device, dtype=dtype)
+    q = ao.quantization()
+    q.quantize_(probe, mode.config(q))
+    with torch.inference_mode():
+        for rows in (1, 17):
+            y = probe(torch.randn(rows, 256, device=device, dtype=dtype))
+            if not torch.isfinite(y).all():
+                raise RuntimeError(f"probe output for {rows} row(s) is not finite")
+
+
+def _quantize_linears(mode: QuantMode, target: Target, done: Quantized) -> str | None:
+    """Quantize the linears that fit `mode`, recording them in `done`; or say why not."""
+    if not target.linears:
+        return "there is no linear layer to quantize"
+    fitting = {fqn for fqn, linear in target.linears.items() if mode.fits(linear)}
+    if not fitting:
+        return "no linear layer has a shape its kernel accepts"
+    try:
+        _probe(mode, target.dtype, target.device)
+    except Exception as err:
+        return f"probe failed ({type(err).__name__}: {err})"
+    q = ao.quantization()
+    q.quantize_(target.model, mode.config(q), filter_fn=lambda module, fqn: fqn in fitting)
+    done.quantized = [fqn for fqn in target.linears
+                      if is_quantized(target.model.get_submodule(fqn).weight)]
+    if not done.quantized:
+        return "torchao left every linear layer in float"
+    done.skipped = [f"{fqn} [{m.out_features}x{m.in_features}] kept unquantized"
+                    for fqn, m in target.linears.items() if fqn not in fitting]
+    return None
+
+
+def _x86_static(q: ModuleType) -> object:
+    from lab.quant import pt2e  # torchao's PT2E stack loads only when int8-static is asked for
+
+    return pt2e.x86_config()
+
+
+def _quantize_parts(mode: QuantMode, target: Target, done: Quantized) -> str | None:
+    from lab.quant import pt2e
+
+    return pt2e.quantize_parts(target, mode.config(ao.quantization()), done)
+
+
 @dataclass(frozen=True)
 class QuantMode:
     """One quant choice: how to build its torchao config (from `torchao.quantization`; None
     leaves weights in the float dtype), why it cannot run on a device and dtype (None if it
-    can), which linears its kernel takes (the others stay float), and what to try instead."""
+    can), which linears its kernel takes (the others stay float), how it quantizes a `Target`
+    (or why it cannot), and what to try instead."""
 
     name: str
     config: Callable[[ModuleType], object] | None = None
     fallback: str | None = None
     unavailable: Callable[[torch.device, torch.dtype], str | None] = _torchao_reason
     fits: Callable[[nn.Linear], bool] = _any_shape
+    apply: Callable[[QuantMode, Target, Quantized], str | None] = _quantize_linears
 
 
 QUANT_MODES: dict[str, QuantMode] = {}
@@ -107,6 +202,10 @@ register(QuantMode("int8-weight", lambda q: q.Int8WeightOnlyConfig(), fallback="
 # Orpheus's 156,940-row output head failed compilation on an H100 and fell back to eager.
 register(QuantMode("int8-dynamic", lambda q: q.Int8DynamicActivationInt8WeightConfig(),
                    fallback="int8-weight", fits=_sides(8, 8)))
+# int8-static quantizes whole parts that a family names and calibrates on its own text: the one
+# mode that reaches convolutions (the Piper voice's vocoder and flow). See lab.quant.pt2e.
+register(QuantMode("int8-static", _x86_static, fallback="int8-dynamic",
+                   unavailable=_static_reason, apply=_quantize_parts))
 register(QuantMode("int4-weight", lambda q: q.Int4WeightOnlyConfig(
     group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d"),
     fallback="int8-weight", unavailable=_int4_reason, fits=_sides(INT4_GROUP, 8)))
@@ -163,69 +262,24 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(tensor_bytes(p) for p in model.parameters())
 
 
-@dataclass
-class Quantized:
-    """What `quantize_linears` did: the mode applied, why the modes before it in the chain
-    were not, the linears its kernel could not take, and those really quantized."""
-
-    applied: str
-    notes: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    quantized: list[str] = field(default_factory=list)
-
-
-def _probe(mode: QuantMode, dtype: torch.dtype, device: torch.device) -> None:
-    """Quantize and run one small linear at decode (1 row) and prefill (17 rows) sizes, so a
-    kernel that cannot run here fails now, not halfway through the model."""
-    probe = nn.Sequential(nn.Linear(256, 256, bias=False)).to(device=device, dtype=dtype)
-    q = ao.quantization()
-    q.quantize_(probe, mode.config(q))
-    with torch.inference_mode():
-        for rows in (1, 17):
-            y = probe(torch.randn(rows, 256, device=device, dtype=dtype))
-            if not torch.isfinite(y).all():
-                raise RuntimeError(f"probe output for {rows} row(s) is not finite")
-
-
-def _try(mode: QuantMode, model: nn.Module, linears: dict[str, nn.Linear], dtype, device,
-         done: Quantized) -> str | None:
-    """Quantize the linears that fit `mode`, recording them in `done`; or say why not."""
-    fitting = {fqn for fqn, linear in linears.items() if mode.fits(linear)}
-    if not fitting:
-        return "no linear layer has a shape its kernel accepts"
-    try:
-        _probe(mode, dtype, device)
-    except Exception as err:
-        return f"probe failed ({type(err).__name__}: {err})"
-    q = ao.quantization()
-    q.quantize_(model, mode.config(q), filter_fn=lambda module, fqn: fqn in fitting)
-    done.quantized = [fqn for fqn in linears if is_quantized(model.get_submodule(fqn).weight)]
-    if not done.quantized:
-        return "torchao left every linear layer in float"
-    done.skipped = [f"{fqn} [{m.out_features}x{m.in_features}] kept unquantized"
-                    for fqn, m in linears.items() if fqn not in fitting]
-    return None
-
-
-def quantize_linears(
+def quantize_model(
     model: nn.Module,
     quant: str,
     dtype: torch.dtype,
     device: torch.device,
     select: Callable[[str], bool] = lambda fqn: True,
+    static: StaticParts | None = None,
 ) -> Quantized:
-    """Quantize, in place and in the dtype they already have, the nn.Linear layers whose
-    names `select` accepts, with the first mode of `quant`'s chain that runs here."""
+    """Quantize `model` in place, in the dtype it already has, with the first mode of `quant`'s
+    chain that runs here: the nn.Linear layers whose names `select` accepts, or, for a mode
+    that quantizes whole parts, the parts `static` names."""
     *tries, float_mode = chain(quant)
     done = Quantized(float_mode.name)
     linears = {fqn: m for fqn, m in model.named_modules()
                if isinstance(m, nn.Linear) and select(fqn)}
-    if tries and not linears:
-        done.notes.append(f"requested {quant}, applied {done.applied} ({dtype_name(dtype)}): "
-                          "there is no linear layer to quantize")
-        return done
+    target = Target(model, dtype, device, linears, static)
     for mode in tries:
-        reason = mode.unavailable(device, dtype) or _try(mode, model, linears, dtype, device, done)
+        reason = mode.unavailable(device, dtype) or mode.apply(mode, target, done)
         if reason is None:
             done.applied = mode.name
             break
@@ -276,6 +330,6 @@ def apply_precision(
     model.to(device=device, dtype=torch_dtype)
     if after_cast is not None:
         after_cast(model)
-    done = quantize_linears(model, quant, torch_dtype, device)
+    done = quantize_model(model, quant, torch_dtype, device)
     return PrecisionResult(applied=done.applied, fallbacks=done.notes, dtype=dtype,
                            weight_bytes=weight_bytes(model), skipped=done.skipped)
