@@ -142,7 +142,8 @@ def test_set_hints_the_closest_key_and_accepts_dotted_keys(tmp_path, capsys):
     assert main(["synth", "Hi.", "--set", "quantization=int8", "-o", str(tmp_path / "a.wav")]) == 2
     assert "did you mean 'quant'?" in capsys.readouterr().err
     assert main(["synth", "Hi.", "--set", "quant=int8", "-o", str(tmp_path / "a.wav")]) == 2
-    assert "did you mean 'int8-weight' or 'int8-dynamic'?" in capsys.readouterr().err
+    assert "did you mean 'int8-weight' or 'int8-dynamic' or 'int8-static'?" in \
+        capsys.readouterr().err
     cfg = load_preset("orpheus-tiny-cpu", **_overrides(["sampling.temperature=0.7"]))
     assert cfg.sampling.temperature == 0.7 and cfg.sampling.max_tokens == 280
 
