@@ -3,10 +3,10 @@ voice's phonemes and speaks codes of the lab's latent codec, decoded by the voic
 
 It runs through the same engine, caches, scheduler, graphs and quantization path as Orpheus
 (`TokenBackend`), so every autoregressive knob acts on a model whose output is real speech.
-The weights ship in the package (`lab/data/voice/`); `model` may name another directory
-holding `lm.safetensors` and `codebooks.safetensors`, and optionally a learned codec decoder
-`decoder.safetensors` (`lab.models.latent_decoder`); without one, as shipped, codes decode as the
-sum of their codebook rows.
+The weights ship in the package (`lab/data/voice/`), with a learned codec decoder
+(`decoder.safetensors`, `lab.models.latent_decoder`) trained on the LM's own codes; `model` may
+name another directory holding `lm.safetensors` and `codebooks.safetensors`, and optionally a
+decoder: without one, codes decode as the sum of their codebook rows.
 """
 
 from __future__ import annotations
