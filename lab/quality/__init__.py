@@ -4,24 +4,32 @@ from lab.quality.asr import transcribe
 from lab.quality.audio import AudioError
 from lab.quality.fidelity import Fidelity, fidelity, mel_cepstral_distortion
 from lab.quality.mos import MosScores, dnsmos
+from lab.quality.paired import Judgement
 from lab.quality.report import (
     Check,
     QualityReport,
     QualityScores,
+    Spread,
     compare,
     evaluate,
     mean_scores,
+    mos_fields,
+    mos_label,
 )
 from lab.quality.text_compare import TextCompareError, cer, normalize_text, wer
+from lab.quality.worst import Worst
 
 __all__ = [
     "AudioError",
     "Check",
     "Fidelity",
+    "Judgement",
     "MosScores",
     "QualityReport",
     "QualityScores",
+    "Spread",
     "TextCompareError",
+    "Worst",
     "cer",
     "compare",
     "dnsmos",
@@ -29,6 +37,8 @@ __all__ = [
     "fidelity",
     "mean_scores",
     "mel_cepstral_distortion",
+    "mos_fields",
+    "mos_label",
     "normalize_text",
     "transcribe",
     "wer",
