@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lab.quality.report import QualityScores
 
+MIN_MOS_DROP = 0.01
+"""A smaller fall is float noise between near-identical waveforms, below the reports' 0.01."""
+
 
 @dataclass(frozen=True)
 class Worst:
@@ -38,14 +41,15 @@ class Worst:
 
 
 def worst_sentences(candidates: Sequence[QualityScores], baselines: Sequence[QualityScores],
-                    mos_fields: Sequence[str], k: int = 3) -> list[Worst]:
+                    mos_fields: Sequence[str], k: int = 3,
+                    min_mos_drop: float = MIN_MOS_DROP) -> list[Worst]:
     """Up to `k` sentences whose WER grew most, then up to `k` whose MOS fell most (a
     sentence in both appears once, with both reasons). Sentences that did not get worse on a
-    measure are not listed for it."""
+    measure (WER grew by nothing, MOS fell by less than `min_mos_drop`) are not listed."""
     rows = [_row(i, c, b, mos_fields) for i, (c, b) in
             enumerate(zip(candidates, baselines, strict=True))]
     by_wer = sorted((r for r in rows if r.wer_delta > 0), key=lambda r: -r.wer_delta)[:k]
-    by_mos = sorted((r for r in rows if r.mos_drop > 0),
+    by_mos = sorted((r for r in rows if r.mos_drop >= min_mos_drop),
                     key=lambda r: -r.mos_drop / max(r.mos_baseline, 1e-9))[:k]
     listed: dict[int, Worst] = {}
     for reason, picked in (("WER grew", by_wer), ("MOS fell", by_mos)):
