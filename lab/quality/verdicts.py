@@ -24,6 +24,7 @@ from tqdm import tqdm
 from lab.quality.report import QualityReport, compare
 from lab.quality.score_cache import ScoreCache, Scored, cache_key
 from lab.quality.scoring import score_many
+from lab.quality.text_compare import normalize_text
 
 Render = Callable[[str], tuple[np.ndarray, int]]
 """One text to (audio, sample rate): a pipeline's `synthesize`, adapted by `renderer`."""
@@ -47,6 +48,14 @@ class Verdict:
     baseline: Takes
     cache_hit: bool
     seconds: dict[str, float] = field(default_factory=dict)
+
+
+def judgeable(text: str) -> bool:
+    """Whether a verdict can use `text`: the lab's normaliser leaves words, all in the
+    recogniser's alphabet. The recogniser knows US English only, so a Cyrillic sentence would
+    read as 100% WER on both sides and a sentence of punctuation says nothing at all."""
+    words = normalize_text(text)
+    return bool(words) and words.isascii()
 
 
 def renderer(pipeline: object) -> Render:

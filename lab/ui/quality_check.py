@@ -21,7 +21,7 @@ import numpy as np
 from lab.config import to_dict
 from lab.frontend import list_sentence_sets, sentence_set, split_sentences
 from lab.quality.score_cache import ScoreCache
-from lab.quality.verdicts import Verdict, judge, renderer
+from lab.quality.verdicts import Verdict, judge, judgeable, renderer
 from lab.ui.common import PLAIN, PROGRESS, load, pcm16, verdict_span
 
 if TYPE_CHECKING:
@@ -47,10 +47,11 @@ def _knobs_changed(cfg: PipelineConfig, ref: PipelineConfig) -> str:
 
 
 def sentences_to_judge(text: str, extra: str | None) -> list[str]:
-    """The take's own sentences, then the chosen lab set's (each sentence once)."""
+    """The take's own sentences, then the chosen lab set's (each sentence once), keeping those
+    the recogniser can judge."""
     own = split_sentences(text)
     more = sentence_set(extra) if extra and extra != NO_SET else []
-    return list(dict.fromkeys([*own, *more]))
+    return [t for t in dict.fromkeys([*own, *more]) if judgeable(t)]
 
 
 def paired_waveforms(pipe: object) -> bool:
@@ -82,6 +83,9 @@ def check(ctx: LabContext, last: dict | None, extra: str | None,
         raise gr.Error("Synthesize something first; the check judges the last take.")
     cfg, text = last["config"], last["text"]
     texts = sentences_to_judge(text, extra)
+    if not texts:
+        raise gr.Error("None of these sentences can be judged: the recogniser reads US English "
+                       "words only. Add one of the lab's sentence sets.")
     verdict = run_check(ctx, cfg, texts, progress)
     report = verdict.report
     ref_cfg = reference_config(cfg)
@@ -89,11 +93,18 @@ def check(ctx: LabContext, last: dict | None, extra: str | None,
     md = (verdict_span(report.outcome, "Quality {verdict}") + " against the fp32 reference "
           f"(same seed {cfg.seed}, {cached}) on {len(texts)} sentences; the take differs from "
           f"it in {_knobs_changed(cfg, ref_cfg)}.\n\n{report.to_markdown()}")
-    own = len(split_sentences(text))
+    return [md, _reference_of_take(verdict, text), *_worst_updates(verdict)]
+
+
+def _reference_of_take(verdict: Verdict, text: str) -> tuple[int, np.ndarray] | None:
+    """The reference's renderings of the take's own sentences, joined by short pauses."""
+    own = len(dict.fromkeys(t for t in split_sentences(text) if judgeable(t)))
     base = verdict.baseline
+    if own == 0:
+        return None
     gap = np.zeros(round(GAP_S * base.sample_rate), np.float32)
     joined = np.concatenate([x for a in base.audio[:own] for x in (a, gap)][:-1])
-    return [md, (base.sample_rate, pcm16(joined)), *_worst_updates(verdict)]
+    return base.sample_rate, pcm16(joined)
 
 
 def _worst_updates(verdict: Verdict) -> list:

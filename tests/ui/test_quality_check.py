@@ -94,8 +94,18 @@ def test_check_judges_sentences_with_intervals_and_lists_the_worst(ctx, progress
     assert ctx.loads == ["bf16"], "a cached reference needs no fp32 pipeline"
 
 
-def test_sentences_to_judge_add_the_chosen_set_once():
+def test_sentences_to_judge_add_the_chosen_set_once_and_only_what_asr_can_read():
     own = quality_check.sentences_to_judge("Hello there. Hello there.", quality_check.NO_SET)
     assert own == ["Hello there."]
     more = quality_check.sentences_to_judge("Hello there.", "short")
     assert more[0] == "Hello there." and len(more) == 13
+    edge = quality_check.sentences_to_judge("Привет, как дела? ...", "edge")
+    assert "???" not in edge and not any("Привет" in t for t in edge) and len(edge) == 13
+
+
+def test_a_take_with_nothing_to_judge_is_refused_before_any_work(ctx, progress):
+    last = {"config": PipelineConfig(device="cpu"), "text": "Привет, как дела?",
+            "audio": None, "sample_rate": 22050}
+    with pytest.raises(gr.Error, match="recogniser reads US English"):
+        quality_check.check(ctx, last, quality_check.NO_SET, progress[0])
+    assert ctx.loads == []
