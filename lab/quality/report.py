@@ -172,10 +172,12 @@ class QualityReport:
                              for c, b in zip(self.candidates, self.baselines, strict=True)],
         }
 
-    def to_markdown(self, audio: dict[int, dict[str, str]] | None = None, k: int = 3) -> str:
+    def to_markdown(self, audio: dict[int, dict[str, str]] | None = None, k: int = 3,
+                    title: bool = True) -> str:
+        """Headline, checks, fidelity and the `k` worst sentences (`audio` links them)."""
         from lab.quality.report_markdown import report_markdown
 
-        return report_markdown(self, audio, k)
+        return report_markdown(self, audio, k, title)
 
 
 def evaluate(

@@ -10,29 +10,36 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lab.quality import paired
+from lab.quality.worst import MIN_MOS_DROP
 
 if TYPE_CHECKING:
     from lab.quality.report import Check, QualityReport
 
 
-def headline(report: QualityReport) -> str:
-    """"**Quality: PASS** on 12 sentences (...)": the outcome and how it was reached."""
+def method(report: QualityReport) -> str:
+    """How the checks were judged, in one clause."""
     s = report.settings
-    word = report.outcome.upper()
-    how = (f"{s.get('confidence', paired.CONFIDENCE):.0%} paired bootstrap intervals over "
-           f"sentences ({s.get('resamples', paired.RESAMPLES)} resamples)")
     if report.sentences == 1:
-        how = ("one sentence: no spread to bootstrap, so each check compares two points; "
-               "judge a sentence set for intervals")
-    return f"**Quality: {word}** on {report.sentences} sentence" \
-           f"{'s' * (report.sentences != 1)}; {how}."
+        return ("one sentence: no spread to bootstrap, so each check compares two points; "
+                "judge a sentence set for intervals")
+    return (f"{s.get('confidence', paired.CONFIDENCE):.0%} paired bootstrap intervals over "
+            f"sentences ({s.get('resamples', paired.RESAMPLES)} resamples)")
+
+
+def headline(report: QualityReport) -> str:
+    """"**Quality: PASS** on 12 sentences; ...": the outcome and how it was reached."""
+    plural = "s" * (report.sentences != 1)
+    return (f"**Quality: {report.outcome.upper()}** on {report.sentences} sentence{plural}; "
+            f"{method(report)}.")
 
 
 def report_markdown(report: QualityReport, audio: dict[int, dict[str, str]] | None = None,
-                    k: int = 3) -> str:
-    lines = [headline(report), "",
-             "| Check | Verdict | Baseline | Candidate | Change (95% CI) | Limit |",
-             "|---|---|---|---|---|---|"]
+                    k: int = 3, title: bool = True) -> str:
+    """The whole report; `k=0` leaves out the worst sentences, `title=False` the headline
+    (for a caller that shows both its own way)."""
+    lines = [headline(report), ""] if title else []
+    lines += ["| Check | Verdict | Baseline | Candidate | Change (95% CI) | Limit |",
+              "|---|---|---|---|---|---|"]
     lines += [_check_row(check) for check in report.checks]
     if report.fidelity:
         lines += ["", "Fidelity to the baseline rendering, per sentence (mean and 95% CI):", "",
@@ -40,7 +47,8 @@ def report_markdown(report: QualityReport, audio: dict[int, dict[str, str]] | No
         for s in report.fidelity:
             better = "higher" if s.higher_is_better else "lower"
             lines.append(f"| {s.name} | {s.mean:.3f} ({s.low:.3f} to {s.high:.3f}) | {better} |")
-    lines += ["", *worst_markdown(report, audio, k)]
+    if k > 0:
+        lines += ["", *worst_markdown(report, audio, k)]
     return "\n".join(lines) + "\n"
 
 
@@ -55,7 +63,8 @@ def worst_markdown(report: QualityReport, audio: dict[int, dict[str, str]] | Non
     lines = ["**Worst sentences** (largest WER growth, largest MOS drop):", "",
              head + " Audio |" * bool(audio), "|---" * (7 + bool(audio)) + "|"]
     for w in worst:
-        drop = (f"{mos_label(w.mos_field)} -{w.mos_drop:.2f}" if w.mos_drop > 0 else "none")
+        drop = (f"{mos_label(w.mos_field)} -{w.mos_drop:.2f}" if w.mos_drop >= MIN_MOS_DROP
+                else "none")
         cells = [str(w.index + 1), ", ".join(w.reasons), _cell(w.text),
                  _cell(w.baseline_transcript) or "(nothing)",
                  _cell(w.candidate_transcript) or "(nothing)",

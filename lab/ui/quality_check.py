@@ -20,8 +20,11 @@ import numpy as np
 
 from lab.config import to_dict
 from lab.frontend import list_sentence_sets, sentence_set, split_sentences
+from lab.quality import mos_label
+from lab.quality.report_markdown import method
 from lab.quality.score_cache import ScoreCache
 from lab.quality.verdicts import Verdict, judge, judgeable, renderer
+from lab.quality.worst import MIN_MOS_DROP
 from lab.ui.common import PLAIN, PROGRESS, load, pcm16, verdict_span
 
 if TYPE_CHECKING:
@@ -90,9 +93,13 @@ def check(ctx: LabContext, last: dict | None, extra: str | None,
     report = verdict.report
     ref_cfg = reference_config(cfg)
     cached = "cached" if verdict.cache_hit else "rendered and scored now"
+    worst = ("\n\n**Worst sentences** (largest WER growth, largest MOS drop), both renderings "
+             "below." if report.worst() else "\n\nNo sentence got worse on WER or any MOS "
+             "proxy.")
     md = (verdict_span(report.outcome, "Quality {verdict}") + " against the fp32 reference "
           f"(same seed {cfg.seed}, {cached}) on {len(texts)} sentences; the take differs from "
-          f"it in {_knobs_changed(cfg, ref_cfg)}.\n\n{report.to_markdown()}")
+          f"it in {_knobs_changed(cfg, ref_cfg)}. Each check: {method(report)}.\n\n"
+          f"{report.to_markdown(k=0, title=False)}{worst}")
     return [md, _reference_of_take(verdict, text), *_worst_updates(verdict)]
 
 
@@ -117,7 +124,8 @@ def _worst_updates(verdict: Verdict) -> list:
             continue
         w = worst[slot]
         base, cand = verdict.baseline, verdict.candidate
-        drop = f", {w.mos_field} -{w.mos_drop:.2f}" if w.mos_drop > 0 else ""
+        drop = (f", {mos_label(w.mos_field)} -{w.mos_drop:.2f}" if w.mos_drop >= MIN_MOS_DROP
+                else "")
         caption = (f"**{slot + 1}. {', '.join(w.reasons)}** (WER {w.wer_delta * 100:+.0f} "
                    f"points{drop}): “{w.text}”  \nfp32 heard: *{w.baseline_transcript or '—'}*"
                    f"  \ntake heard: *{w.candidate_transcript or '—'}*")
@@ -156,10 +164,10 @@ class QualityOutputs:
                 extra = gr.Dropdown([NO_SET, *list_sentence_sets()], value=DEFAULT_SET, scale=2,
                                     label="Also judge on the lab's sentence set",
                                     elem_id="synth-quality-set")
-            report = gr.Markdown(elem_id="synth-quality-report")
             reference = gr.Audio(label="fp32 reference of the take's text (same seed)",
                                  type="numpy", format="wav", interactive=False,
                                  elem_id="synth-reference", waveform_options=PLAIN)
+            report = gr.Markdown(elem_id="synth-quality-report")
             slots = []
             with gr.Column(elem_id="synth-worst"):
                 for i in range(WORST_SLOTS):
