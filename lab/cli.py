@@ -1,8 +1,9 @@
-"""Command line: `lab synth`, `lab eval`, `lab bench`, `lab app`, `lab serve`, `lab loadtest`,
-`lab presets`.
+"""Command line: `lab synth`, `lab eval`, `lab verdict`, `lab bench`, `lab app`, `lab serve`,
+`lab loadtest`, `lab presets`.
 
-Exit codes: 0 success, 1 a quality verdict of FAIL (`lab eval --ref`), 2 bad input or a run
-refused by its estimate (a clear one-line message on stderr, nothing written).
+Exit codes: 0 success, 1 a quality verdict of FAIL (`lab eval --ref`, `lab verdict`), 2 bad
+input or a run refused by its estimate (a clear one-line message on stderr, nothing written),
+3 an inconclusive verdict (`lab verdict`: more sentences would settle it).
 
 `synth` and `bench` print an estimate of memory and time before loading anything. A run that
 would not fit is refused with the numbers unless `--force`; one that would take minutes gets a
@@ -213,6 +214,54 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+VERDICT_EXIT = {"pass": 0, "fail": 1, "inconclusive": 3}
+
+
+def cmd_verdict(args: argparse.Namespace) -> int:
+    """The config against its fp32 reference on the lab's sentence sets: a paired verdict with
+    intervals per check (the reference's scores cached in the data directory)."""
+    import json
+
+    from lab.config import to_dict
+    from lab.frontend import sentence_set
+    from lab.pipeline import Pipeline
+    from lab.quality.score_cache import ScoreCache
+    from lab.quality.verdicts import (
+        judge,
+        judgeable,
+        paired_waveforms,
+        reference_config,
+        renderer,
+    )
+
+    cfg = _config(args)
+    ref = reference_config(cfg)
+    texts = [t for name in args.sets.split(",") for t in sentence_set(name.strip())]
+    texts = [t for t in texts if judgeable(t)][:args.limit]
+    if not texts:
+        raise ConfigError(f"the sets {args.sets!r} hold no sentence the recogniser can judge")
+    if args.json and not Path(args.json).parent.is_dir():
+        raise ConfigError(f"folder of --json {args.json!r} does not exist")
+    pipe = Pipeline(cfg)
+    verdict = judge(renderer(pipe), texts, baseline=lambda: renderer(Pipeline(ref)),
+                    baseline_config=to_dict(ref), seed=ref.seed,
+                    paired_waveforms=paired_waveforms(pipe),
+                    cache=ScoreCache(data_dir(args) / "score-cache"), workers=args.workers,
+                    **{k: v for k in ("mos_tolerance", "wer_points", "cer_points")
+                       if (v := getattr(args, k)) is not None})
+    report = verdict.report
+    changed = [f"{k}={getattr(cfg, k)}" for k in ("dtype", "quant", "compile")
+               if getattr(cfg, k) != getattr(ref, k)]
+    print(f"{', '.join(changed) or 'the reference config itself'} against fp32 "
+          f"(reference {'cached' if verdict.cache_hit else 'rendered and scored'}; "
+          + ", ".join(f"{k} {v} s" for k, v in verdict.seconds.items()) + ")\n")
+    print(report.to_markdown())
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": to_dict(cfg), "seconds": verdict.seconds,
+                                               **report.to_dict()}, indent=2) + "\n")
+    return VERDICT_EXIT[report.outcome]
+
+
 def _bench_estimates(base: PipelineConfig, texts: list[str], args: argparse.Namespace):
     """One estimate per batch size (texts of the longest length, a full group at once) and
     the whole run's time: per size, load and warm-up once, then warm-up and timed groups."""
@@ -370,6 +419,25 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--text", required=True, help="the text the audio should say")
     ev.add_argument("--ref", help="a reference rendering to compare against")
     ev.set_defaults(func=cmd_eval)
+
+    verdict = sub.add_parser("verdict", help="judge a config against its fp32 reference on "
+                                             "sentence sets: pass, fail or inconclusive")
+    verdict.add_argument("--sets", default="short", help="the lab's sentence sets, comma-separated")
+    verdict.add_argument("--limit", type=int, default=None, help="only the first N sentences")
+    verdict.add_argument("--workers", type=int, default=None,
+                         help="scoring processes (default: $LAB_SCORE_WORKERS or one per two "
+                              "cores)")
+    verdict.add_argument("--mos-tolerance", type=float, default=None,
+                         help="how far each MOS proxy may drop, as a share of the reference's "
+                              "(default 0.05)")
+    verdict.add_argument("--wer-points", type=float, default=None,
+                         help="how much WER may grow, as a fraction (default 0.02: two points)")
+    verdict.add_argument("--cer-points", type=float, default=None,
+                         help="how much CER may grow, as a fraction (default 0.02)")
+    verdict.add_argument("--json", default=None, help="also write the report as JSON here")
+    with_config(verdict)
+    with_data_dir(verdict)
+    verdict.set_defaults(func=cmd_verdict)
 
     bench = sub.add_parser("bench", help="run a text set at batch sizes; write JSON/CSV/markdown")
     bench.add_argument("--texts", required=True, help="text file, one utterance per line")

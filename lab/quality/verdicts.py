@@ -50,6 +50,20 @@ class Verdict:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def reference_config(config: object) -> object:
+    """The same config in fp32 without quantization or compile (a `PipelineConfig`, seed and
+    every other knob kept): what an optimisation must not sound worse than."""
+    return config.replace(dtype="fp32", quant="none", compile="none")
+
+
+def paired_waveforms(pipeline: object) -> bool:
+    """Whether a pipeline's takes would reproduce its reference's waveform but for the
+    optimisation, so fidelity to it means something: a voice that draws its noise from the
+    seed does; one that samples tokens drifts onto other tokens after the first changed
+    logit, unless it decodes greedily."""
+    return not pipeline.family.autoregressive or pipeline.config.sampling.temperature == 0
+
+
 def judgeable(text: str) -> bool:
     """Whether a verdict can use `text`: the lab's normaliser leaves words, all in the
     recogniser's alphabet. The recogniser knows US English only, so a Cyrillic sentence would

@@ -23,7 +23,14 @@ from lab.frontend import list_sentence_sets, sentence_set, split_sentences
 from lab.quality import mos_label
 from lab.quality.report_markdown import method
 from lab.quality.score_cache import ScoreCache
-from lab.quality.verdicts import Verdict, judge, judgeable, renderer
+from lab.quality.verdicts import (
+    Verdict,
+    judge,
+    judgeable,
+    paired_waveforms,
+    reference_config,
+    renderer,
+)
 from lab.quality.worst import MIN_MOS_DROP
 from lab.ui.common import PLAIN, PROGRESS, load, pcm16, verdict_span
 
@@ -35,12 +42,6 @@ NO_SET = "none (the take's sentences only)"
 DEFAULT_SET = "short"
 WORST_SLOTS = 4
 GAP_S = 0.25
-
-
-def reference_config(cfg: PipelineConfig) -> PipelineConfig:
-    """The same config in fp32 without quantization or compile: what an optimisation must
-    not sound worse than."""
-    return cfg.replace(dtype="fp32", quant="none", compile="none")
 
 
 def _knobs_changed(cfg: PipelineConfig, ref: PipelineConfig) -> str:
@@ -55,13 +56,6 @@ def sentences_to_judge(text: str, extra: str | None) -> list[str]:
     own = split_sentences(text)
     more = sentence_set(extra) if extra and extra != NO_SET else []
     return [t for t in dict.fromkeys([*own, *more]) if judgeable(t)]
-
-
-def paired_waveforms(pipe: object) -> bool:
-    """Whether the take would reproduce the reference's waveform but for the optimisation, so
-    fidelity to it means something: a voice that draws its noise from the seed does; one that
-    samples tokens drifts onto other tokens after the first changed logit."""
-    return not pipe.family.autoregressive or pipe.config.sampling.temperature == 0
 
 
 def run_check(ctx: LabContext, cfg: PipelineConfig, texts: list[str],
