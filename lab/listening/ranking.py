@@ -15,8 +15,10 @@ pull fades as votes accumulate.
 The fit maximises the likelihood (Newton's method on log strengths). Intervals come from the
 bootstrap: the votes are resampled with replacement (fixed seed) and refitted, and the middle
 95% of the ratings is the interval. Adjacent configurations whose intervals overlap are not
-separated yet; how many more head-to-head votes would separate them comes from the sign test
-(`lab.quality.stats.votes_to_settle`).
+separated yet. The converse is weaker: a record that is all wins resamples to all wins, so over
+a few votes the intervals look narrower than the evidence is. What settles a pair of
+neighbours is their own head-to-head votes under the sign test, and how many more of them
+would settle it comes from `lab.quality.stats.votes_to_settle`.
 """
 
 from __future__ import annotations
@@ -121,7 +123,11 @@ class Gap:
         if more is None:
             return (f"{pair}: {record}; the split is even, so more votes at this split would "
                     f"not separate them: they may sound the same.")
-        return f"{pair}: not separated; {record}. About {more} more votes at this split would."
+        said = f"{pair}: not separated; {record}. About {more} more votes at this split would."
+        if not self.overlap:
+            said += (" Their intervals already part, but resampling a one-sided record over few "
+                     "votes cannot vary it, so the sign test is the stricter judge here.")
+        return said
 
 
 @dataclass(frozen=True)

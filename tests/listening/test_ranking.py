@@ -109,9 +109,9 @@ def test_neighbours_say_what_would_separate_them():
     assert open_.to_settle > 0 and f"About {open_.to_settle} more votes" in open_.advice()
     assert even.to_settle is None and "even" in even.advice()
 
-    apart = rank([Match("a", "b", 1.0)] * 3 + [Match("b", "c", 1.0)] * 3
-                 + [Match("c", "d", 1.0)] * 3)
-    assert apart.standings[0].config == "a"
+    one_sided = rank([Match("a", "b", 1.0)] * 4 + [Match("b", "c", 1.0)] * 4).gaps[0]
+    assert not one_sided.overlap and one_sided.to_settle > 0, "4-0 resamples to 4-0"
+    assert "the sign test is the stricter judge" in one_sided.advice()
     never = rank([Match("a", "b", 1.0)] * 3 + [Match("c", "b", 1.0)] * 3)
     (gap,) = [g for g in never.gaps if {g.upper, g.lower} == {"a", "c"}]
     assert gap.met == 0 and gap.to_settle is None
