@@ -2,7 +2,7 @@
 
 Both sides render the same text with the same seed. The listener hears them as X and Y in a
 random order and votes before learning which is which; the vote goes to the SQLite store
-first, and only then are the labels, the MOS proxy, WER and fidelity revealed. Config A is
+first, and only then are the labels, the MOS proxies, WER and fidelity revealed. Config A is
 the baseline: B passes when its quality is within the lab's tolerance of A's.
 
 As in the arenas, a vote counts only once both clips were heard: each player's play event is
@@ -157,11 +157,11 @@ def render(ctx: LabContext, text: str, seed: float, session: str | None,
 def reveal_quality(state: Rendered, progress: gr.Progress) -> tuple[str, object]:
     """Score both takes: B against A as reference, then B's verdict against A.
 
-    Scoring runs the MOS proxy and ASR on each take (and loads them the first time), so it
+    Scoring runs the MOS proxies and ASR on each take (and loads them the first time), so it
     reports its two steps; any tqdm bar inside, such as a model download, nests under them.
     """
     trial = state.trial
-    progress((0, 2), desc="scoring A (MOS proxy, ASR)", unit="take")
+    progress((0, 2), desc="scoring A (MOS proxies, ASR)", unit="take")
     base = evaluate(state.audio_a, state.sample_rate, trial.text)
     progress((1, 2), desc="scoring B against A", unit="take")
     cand = evaluate(state.audio_b, state.sample_rate, trial.text, reference=state.audio_a)
@@ -363,7 +363,7 @@ def build(ctx: LabContext, demo: gr.Blocks) -> None:
         with gr.Column(scale=3):
             reveal = gr.Markdown(elem_id="ab-reveal")
         with gr.Column(scale=2):
-            quality_chart = gr.Plot(label="MOS proxy", elem_id="ab-quality-chart")
+            quality_chart = gr.Plot(label="MOS proxies", elem_id="ab-quality-chart")
     gr.Markdown("### Win rates across all sessions")
     table = gr.Dataframe(headers=tables.headers(list(WIN_COLUMNS), WIN_COLUMNS),
                          interactive=False, elem_id="ab-win-table")
