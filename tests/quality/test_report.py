@@ -18,7 +18,8 @@ from lab.quality import (
 
 
 def _scores(ovrl=3.0, wer=0.1, fidelity=None):
-    return QualityScores(MosScores(3.2, 4.0, ovrl, 3.5), wer, wer / 2, "heard", fidelity, "said")
+    mos = MosScores(3.2, 4.0, ovrl, 3.5, 3.8)
+    return QualityScores(mos, wer, wer / 2, "heard", fidelity, "said")
 
 
 def test_evaluate_fills_every_meter(clean_scores, noisy_scores):
