@@ -8,19 +8,9 @@ from safetensors.torch import load_file
 
 from lab.quality import AudioError, distill_mos
 from lab.quality.distill_mos import CROP, MAX_HOP, WEIGHTS, crops_of, load_model
+from tests.quality.conftest import buzz
 
 NOISE_SNRS_DB = (20, 10, 5, 0)
-
-
-def _buzz(seconds: float = 3.0) -> np.ndarray:
-    """A voiced-like glide with a slow envelope and a little noise: deterministic, speech-free."""
-    t = np.arange(int(seconds * 16000)) / 16000
-    f0 = 120 + 20 * np.sin(2 * np.pi * 3 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / 16000
-    voiced = sum(np.sin(k * phase) / k for k in range(1, 30))
-    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 2 * t) ** 2
-    noise = np.random.default_rng(0).normal(0, 0.01, t.size)
-    return (0.1 * voiced * envelope + noise).astype(np.float32)
 
 
 def test_every_tensor_of_the_checkpoint_has_its_place():
@@ -35,8 +25,8 @@ def test_every_tensor_of_the_checkpoint_has_its_place():
 def test_scores_match_the_distillmos_package():
     """Values from distillmos 0.9.1's ConvTransformerSQAModel on the same signals (one padded
     crop, and six crops of a 12 s clip)."""
-    assert distill_mos(_buzz(), 16000) == pytest.approx(2.2887558937072754, abs=1e-5)
-    assert distill_mos(np.tile(_buzz(), 4), 16000) == pytest.approx(1.320284366607666, abs=1e-5)
+    assert distill_mos(buzz(), 16000) == pytest.approx(2.2887558937072754, abs=1e-5)
+    assert distill_mos(np.tile(buzz(), 4), 16000) == pytest.approx(1.320284366607666, abs=1e-5)
 
 
 @pytest.mark.parametrize(("seconds", "count"), [(0.5, 1), (CROP / 16000, 1), (12.0, 6)])
@@ -84,9 +74,9 @@ def test_the_input_rate_is_honoured(speech):
         (np.zeros(0, np.float32), 16000, "empty"),
         (np.full(16000, np.nan, np.float32), 16000, "NaN"),
         (np.zeros(16000, np.float32), 16000, "silent"),
-        (_buzz(0.1), 16000, "too short"),
-        (_buzz(), 16000.0, "sample rate"),
-        (_buzz(), 0, "sample rate"),
+        (buzz(0.1), 16000, "too short"),
+        (buzz(), 16000.0, "sample rate"),
+        (buzz(), 0, "sample rate"),
         (np.array(["a", "b"]), 16000, "float or signed integer"),
     ],
 )

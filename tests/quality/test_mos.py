@@ -6,27 +6,17 @@ import pytest
 from scipy.signal import resample_poly
 
 from lab.quality import AudioError, MosScores, distill_mos, mos_scores
-
-
-def _buzz():
-    """A deterministic voiced-like signal: a gliding harmonic tone with a slow envelope."""
-    t = np.arange(3 * 16000) / 16000
-    f0 = 120 + 20 * np.sin(2 * np.pi * 3 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / 16000
-    voiced = sum(np.sin(k * phase) / k for k in range(1, 30))
-    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 2 * t) ** 2
-    noise = np.random.default_rng(0).normal(0, 0.01, t.size)
-    return (0.1 * voiced * envelope + noise).astype(np.float32)
+from tests.quality.conftest import buzz
 
 
 def test_scores_match_the_reference_dnsmos_procedure():
     """Values from speechmos.dnsmos.run with librosa features on the same signal."""
-    scores = mos_scores(_buzz(), 16000)
+    scores = mos_scores(buzz(), 16000)
     assert scores.sig == pytest.approx(1.8049736561857532, abs=2e-3)
     assert scores.bak == pytest.approx(1.624398574356503, abs=2e-3)
     assert scores.ovrl == pytest.approx(1.4794810683336206, abs=2e-3)
     assert scores.p808 == pytest.approx(2.195067882537842, abs=2e-3)
-    assert scores.distill == distill_mos(_buzz(), 16000)
+    assert scores.distill == distill_mos(buzz(), 16000)
 
 
 def test_clean_speech_outscores_speech_in_noise(clean_scores, noisy_scores):
