@@ -147,7 +147,8 @@ class GraphedDecoder:
         _allow_recompiles(8 * len(self.buckets) * len(self.key_buckets) + 16)
         options = dict(mode=inductor_mode(self.mode), fullgraph=True, dynamic=False)
         block = _any_key_length(torch.compile(call_block, **options), (4,))
-        mixed = _any_key_length(torch.compile(call_mixed_block, **options), (4, 6))
+        mixed = (_any_key_length(torch.compile(call_mixed_block, **options), (4, 6))
+                 if self.prefill_tokens else None)  # compiled only where a chunk can ride
         head = torch.compile(call_head, **options)
         return lambda tokens, positions, view, pre=(): (
             model.forward_mixed(tokens, positions, view, *pre, block_fn=mixed, head_fn=head)
