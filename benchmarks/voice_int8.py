@@ -119,7 +119,8 @@ def write(result: dict, out: Path, stem: str) -> None:
              "`rtf` is the median round (min-max in the JSON), `rtf_vs_fp32` that median over "
              "fp32's at the same batch size, `setup_s` the seconds to load the config "
              "(int8-static: calibration and compilation included). Sound: batch-1 takes, "
-             "verdict against fp32 (DNSMOS OVRL within 5%, WER within +2 points).", "", table]
+             "verdict against fp32 (paired bootstrap over sentences: every MOS proxy within 5%, "
+             "WER and CER within +2 points; pass, fail or inconclusive).", "", table]
     if result.get("notes"):
         parts += ["", "Notes: " + "\n\n".join(result["notes"])]
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")

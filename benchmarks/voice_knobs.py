@@ -7,8 +7,9 @@
 Each row is one config of the `ar-voice` family (real weights) rendering the same held-out
 sentences with the same seeds, in this one process after a warm-up: ms per decode step (median
 over the run's steps), real-time factor, time to first audio of a streamed sentence, and the
-sound, DNSMOS OVRL and pocketsphinx WER, judged against the fp32 row by the lab's gate (OVRL
-within 5%, WER within +2 points). A GPU machine without the meters saves the audio
+sound, DNSMOS OVRL and pocketsphinx WER, judged against the fp32 row by the lab's paired verdict
+(every MOS proxy within 5%, WER and CER within +2 points, on 95% bootstrap intervals over the
+sentences: pass, fail or inconclusive). A GPU machine without the meters saves the audio
 (`--audio-out`); `--score` meters it here and writes the table. Batch rows render the text
 set as one batch of `batch_size` concurrent requests.
 """
@@ -83,7 +84,7 @@ def score(rows: list[dict], takes: dict[str, list[np.ndarray]], sentences: list[
         own = scores[row["config"]]
         row["dnsmos_ovrl"] = round(statistics.fmean(s.mos.ovrl for s in own), 3)
         row["wer"] = round(statistics.fmean(s.wer for s in own), 3)
-        row["verdict"] = "pass" if compare(own, scores["fp32"]).passed else "fail"
+        row["verdict"] = compare(own, scores["fp32"]).outcome  # pass, fail or inconclusive
 
 
 def save_audio(path: Path, rows: list[dict], takes: dict[str, list[np.ndarray]],
@@ -104,7 +105,8 @@ def write(out: Path, rows: list[dict], device: str, n: int) -> None:
     (out / f"{stem}.md").write_text(
         f"# The lab's voice: knobs on real speech ({device})\n\nReal weights (`ar-voice`, "
         f"lab/data/voice), {n} held-out sentences, same seeds in every row; verdict against "
-        "the fp32 row (DNSMOS OVRL within 5%, WER within +2 points). Base settings: "
+        "the fp32 row (paired bootstrap over sentences: every MOS proxy within 5%, WER and "
+        "CER within +2 points; pass, fail or inconclusive). Base settings: "
         f"{BASE}. Command: `python benchmarks/voice_knobs.py`.\n\n"
         + markdown_table(rows, head))
 

@@ -4,10 +4,10 @@
                                   [--only NAME]
 
 Starts the app on a free local port with a throwaway data directory under runs/, drives it
-in headless Chromium (synthesize, cast a blind vote, run a small sweep, watch the live view,
-profile one request, serve the config and load it) and writes synthesize.png, ab.png,
-benchmark.png, live.png, profile.png and serve_tab.png. `--only serve_tab` (any of those
-names) takes that one picture alone.
+in headless Chromium (synthesize, check a bf16 take's quality, cast a blind vote, run a small
+sweep, watch the live view, profile one request, serve the config and load it) and writes
+synthesize.png, quality.png, ab.png, benchmark.png, live.png, profile.png and serve_tab.png.
+`--only serve_tab` (any of those names) takes that one picture alone.
 """
 
 from __future__ import annotations
@@ -97,6 +97,28 @@ make four configurations, enough for the ranking to show (with the wide interval
 vote per pair leaves)."""
 
 
+KNOBS = "Knobs: precision, compile, batching, streaming, engine"
+
+
+def quality(page: Page) -> str:
+    """A bf16 take judged against its fp32 reference on its sentences and the short set: the
+    verdict with an interval per check, the recogniser's floor and the worst sentences with
+    both renderings. Only the quality check's panel is pictured."""
+    page.get_by_role("tab", name="Synthesize").click()
+    if not page.locator("#synth-batch-size").is_visible():
+        page.locator("#synth-knobs").get_by_text(KNOBS).click()
+    page.click("#synth-dtype input")
+    page.get_by_role("option", name="bf16", exact=True).click()
+    page.check("#synth-slow input")  # bf16 is emulated on a CPU without native support
+    page.click("#synth-go")
+    wait_text(page, "#synth-status", "Done")
+    page.click("#synth-quality-go")
+    wait_text(page, "#synth-quality-report", "against the fp32 reference")
+    page.wait_for_selector("#synth-worst-0", state="visible")
+    settle(page)
+    return "#synth-quality"
+
+
 def ab(page: Page) -> None:
     page.get_by_role("tab", name="A/B").click()
     page.get_by_text("Configurations", exact=True).click()
@@ -153,8 +175,8 @@ def serve(page: Page) -> None:
     settle(page, "#serve-chart", "#serve-telemetry")
 
 
-STEPS = {"synthesize": synthesize, "ab": ab, "benchmark": benchmark, "live": live,
-         "profile": profile, "serve_tab": serve}
+STEPS = {"synthesize": synthesize, "quality": quality, "ab": ab, "benchmark": benchmark,
+         "live": live, "profile": profile, "serve_tab": serve}
 
 
 @contextmanager
@@ -190,9 +212,12 @@ def main() -> None:
     steps = {args.only: STEPS[args.only]} if args.only else STEPS
     with app_page("runs/lab-data-screenshots", args.chromium) as page:
         for name, step in steps.items():
-            step(page)
+            part = step(page)  # a step may name the one element worth picturing
             path = args.out / f"{name}.png"
-            page.screenshot(path=str(path), full_page=True)
+            if part:
+                page.locator(part).screenshot(path=str(path))
+            else:
+                page.screenshot(path=str(path), full_page=True)
             print(f"wrote {path}")
 
 

@@ -105,10 +105,6 @@ def mos_scores(audio: object, sample_rate: int) -> MosScores:
     )
 
 
-dnsmos = mos_scores
-"""The name `lab.quality.report` imports from before Distill-MOS joined; new code calls
-`mos_scores`."""
-
 
 def _windows(samples: np.ndarray) -> list[np.ndarray]:
     """9.01 s windows one second apart, looping short clips the way DNSMOS was calibrated."""

@@ -1,27 +1,38 @@
-"""Quality of one rendering, and a pass/fail verdict on an optimised rendering against a baseline.
+"""Quality of one rendering, and the verdict on a candidate against a baseline over sentences.
 
 An optimisation is only worth keeping if listeners would not notice it. The lab's rule of thumb:
-the MOS proxy (DNSMOS overall) stays within 5% of the baseline and the word error rate does not
-grow by more than 2 percentage points. Both thresholds are arguments, so a stricter sweep can
+every MOS proxy stays within 5% of the baseline, and the word and character error rates do not
+grow by more than 2 percentage points. All thresholds are arguments, so a stricter sweep can
 tighten them.
+
+Baseline and candidate render the same sentences with the same seeds, so every metric is judged
+on paired per-sentence differences with a bootstrap interval (`lab.quality.paired`): each check
+is pass, fail, or inconclusive with the number of sentences that would settle it. Error rates
+are judged as the change from the baseline, never as absolutes: the recogniser's own error rate
+on the baseline rendering is its floor, and that floor is reported beside every candidate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
+from lab.quality import paired
 from lab.quality.asr import transcribe
 from lab.quality.audio import METER_RATE, prepare
 from lab.quality.fidelity import Fidelity, fidelity
-from lab.quality.mos import MosScores, dnsmos
+from lab.quality.mos import MosScores, mos_scores
 from lab.quality.text_compare import Normalizer, TextCompareError, cer, normalize_text, wer
+from lab.quality.worst import Worst, worst_sentences
 
 MOS_TOLERANCE = 0.05
 WER_POINTS = 0.02
-_SLACK = 1e-9
+CER_POINTS = 0.02
+_DNSMOS_LABELS = {"sig": "DNSMOS SIG", "bak": "DNSMOS BAK", "ovrl": "DNSMOS OVRL",
+                  "p808": "DNSMOS P.808"}
+_FIDELITY = {"mcd_db": ("MCD (dB)", False), "pesq_wb": ("PESQ-WB", True), "stoi": ("STOI", True)}
 
 
 @dataclass(frozen=True)
@@ -42,55 +53,131 @@ class QualityScores:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> QualityScores:
+        fid = data.get("fidelity")
+        return cls(mos=MosScores(**data["mos"]), wer=data["wer"], cer=data["cer"],
+                   transcript=data["transcript"],
+                   fidelity=None if fid is None else Fidelity(**fid), text=data.get("text", ""))
+
+
+def mos_fields() -> list[str]:
+    """Every MOS proxy reading, read off `MosScores` so a new proxy is judged without edits."""
+    return [f.name for f in fields(MosScores)]
+
+
+def mos_label(name: str) -> str:
+    """A MOS field's name for people: its `label` metadata, else the DNSMOS name, else upper."""
+    declared = {f.name: f.metadata.get("label") for f in fields(MosScores)}.get(name)
+    return declared or _DNSMOS_LABELS.get(name) or name.replace("_", " ").upper()
+
 
 @dataclass(frozen=True)
 class Check:
-    """One pass/fail criterion with the two numbers it compared."""
+    """One metric's paired verdict: means, the mean difference with its interval, the limit.
+
+    For WER and CER `baseline` is the recogniser's floor (its own error rate on the baseline
+    rendering); only `delta` is judged.
+    """
 
     name: str
-    passed: bool
+    metric: str
+    outcome: str
+    verdict: str
     candidate: float
     baseline: float
+    delta: float
+    low: float
+    high: float
+    limit: float
+    n: int
+    settle: int | None
     detail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == paired.PASS
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A per-sentence figure's mean with its bootstrap interval (fidelity to the baseline)."""
+
+    name: str
+    mean: float
+    low: float
+    high: float
+    higher_is_better: bool
 
 
 @dataclass(frozen=True)
 class QualityReport:
-    """The verdict on a candidate: it passes only if every check does."""
+    """The verdict on a candidate: pass only if every check passes, fail if any fails.
+
+    `candidate` and `baseline` are the means over the sentences; `candidates` and `baselines`
+    the per-sentence scores the checks were judged on.
+    """
 
     checks: list[Check]
     candidate: QualityScores
     baseline: QualityScores
+    candidates: list[QualityScores] = field(default_factory=list)
+    baselines: list[QualityScores] = field(default_factory=list)
+    fidelity: list[Spread] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def outcome(self) -> str:
+        outcomes = {check.outcome for check in self.checks}
+        if paired.FAIL in outcomes:
+            return paired.FAIL
+        return paired.PASS if outcomes == {paired.PASS} else paired.INCONCLUSIVE
 
     @property
     def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
+        return self.outcome == paired.PASS
 
-    def to_dict(self) -> dict:
+    @property
+    def sentences(self) -> int:
+        return len(self.candidates)
+
+    def check(self, metric: str) -> Check:
+        """The check on `metric` ("WER", "CER" or a MOS field name such as "ovrl")."""
+        for check in self.checks:
+            if metric in (check.metric, check.name):
+                return check
+        raise KeyError(f"no check on {metric!r}; checks: {[c.metric for c in self.checks]}")
+
+    def worst(self, k: int = 3) -> list[Worst]:
+        """The sentences that got worst: the `k` largest WER growths and the `k` largest MOS
+        drops (a sentence in both lists appears once)."""
+        return worst_sentences(self.candidates, self.baselines, mos_fields(), k)
+
+    def to_dict(self, audio: dict[int, dict[str, str]] | None = None, k: int = 3) -> dict:
+        """Everything, JSON-ready; `audio` maps a sentence index to its audio files."""
         return {
+            "outcome": self.outcome,
             "passed": self.passed,
-            "checks": [asdict(check) for check in self.checks],
+            "sentences": self.sentences,
+            "settings": self.settings,
+            "checks": [check.to_dict() for check in self.checks],
+            "fidelity": [asdict(s) for s in self.fidelity],
+            "worst": [{**w.to_dict(), **(audio or {}).get(w.index, {})} for w in self.worst(k)],
             "candidate": self.candidate.to_dict(),
             "baseline": self.baseline.to_dict(),
+            "per_sentence": [{"candidate": c.to_dict(), "baseline": b.to_dict()}
+                             for c, b in zip(self.candidates, self.baselines, strict=True)],
         }
 
-    def to_markdown(self) -> str:
-        lines = [
-            f"**Quality: {'PASS' if self.passed else 'FAIL'}**",
-            "",
-            "| Check | Result | Candidate | Baseline | Detail |",
-            "|---|---|---|---|---|",
-        ]
-        for check in self.checks:
-            verdict = "pass" if check.passed else "FAIL"
-            lines.append(
-                f"| {check.name} | {verdict} | {check.candidate:.3f} | {check.baseline:.3f} "
-                f"| {check.detail} |"
-            )
-        lines += ["", "| Metric | Candidate | Baseline |", "|---|---|---|"]
-        for label, cand, base in _metric_rows(self.candidate, self.baseline):
-            lines.append(f"| {label} | {cand} | {base} |")
-        return "\n".join(lines) + "\n"
+    def to_markdown(self, audio: dict[int, dict[str, str]] | None = None, k: int = 3,
+                    title: bool = True) -> str:
+        """Headline, checks, fidelity and the `k` worst sentences (`audio` links them)."""
+        from lab.quality.report_markdown import report_markdown
+
+        return report_markdown(self, audio, k, title)
 
 
 def evaluate(
@@ -116,7 +203,7 @@ def evaluate(
         ref = prepare(reference, reference_rate or sample_rate, name="reference")
     transcript = transcribe(samples, METER_RATE)
     return QualityScores(
-        mos=dnsmos(samples, METER_RATE),
+        mos=mos_scores(samples, METER_RATE),
         wer=wer(text, transcript, normalizer),
         cer=cer(text, transcript, normalizer),
         transcript=transcript,
@@ -126,7 +213,7 @@ def evaluate(
 
 
 def mean_scores(scores: Sequence[QualityScores]) -> QualityScores:
-    """Average over a text set, so one odd sentence does not decide a comparison."""
+    """Average over a text set: the headline figures beside each verdict."""
     if not scores:
         raise ValueError("mean_scores needs at least one QualityScores")
     fidelities = [s.fidelity for s in scores]
@@ -146,78 +233,107 @@ def compare(
     *,
     mos_tolerance: float = MOS_TOLERANCE,
     wer_points: float = WER_POINTS,
+    cer_points: float = CER_POINTS,
+    confidence: float = paired.CONFIDENCE,
+    resamples: int = paired.RESAMPLES,
+    seed: int = paired.SEED,
 ) -> QualityReport:
-    """Judge a candidate against a baseline; lists of scores are averaged first."""
-    cand, base = _single(candidate, "candidate"), _single(baseline, "baseline")
-    return QualityReport(
-        checks=[
-            _mos_check(cand.mos.ovrl, base.mos.ovrl, mos_tolerance),
-            _wer_check(cand.wer, base.wer, wer_points),
-        ],
-        candidate=cand,
-        baseline=base,
-    )
+    """Judge a candidate against a baseline, sentence by sentence.
+
+    The two lists hold the same sentences in the same order (rendered with the same seeds).
+    Every MOS proxy may drop by at most `mos_tolerance` of the baseline's mean; WER and CER may
+    grow by at most `wer_points` and `cer_points`. Where every candidate carries fidelity to
+    its baseline rendering, its mean and interval are reported too. One sentence gives no
+    spread, so its checks are point comparisons.
+    """
+    cand, base = _paired_lists(candidate, baseline)
+    idx = paired.resample_indices(len(cand), resamples, seed)
+
+    def judge(values: tuple[list[float], list[float]], limit: float, up: bool) -> paired.Judgement:
+        return paired.judge(*values, limit, higher_is_better=up, confidence=confidence,
+                            indices=idx)
+
+    checks = []
+    for name in mos_fields():
+        values = ([getattr(s.mos, name) for s in cand], [getattr(s.mos, name) for s in base])
+        if None in values[0] + values[1]:  # a proxy that was not measured on every sentence
+            continue
+        limit = -mos_tolerance * float(np.mean(values[1]))
+        checks.append(_mos_check(name, judge(values, limit, True), values, mos_tolerance))
+    for metric, points in (("WER", wer_points), ("CER", cer_points)):
+        key = metric.lower()
+        values = ([getattr(s, key) for s in cand], [getattr(s, key) for s in base])
+        checks.append(_rate_check(metric, judge(values, points, False), values, points))
+    spreads = []
+    if all(s.fidelity is not None for s in cand):
+        for name, (label, up) in _FIDELITY.items():
+            mean, low, high = paired.interval([getattr(s.fidelity, name) for s in cand],
+                                              confidence, idx)
+            spreads.append(Spread(label, mean, low, high, up))
+    settings = {"mos_tolerance": mos_tolerance, "wer_points": wer_points,
+                "cer_points": cer_points, "confidence": confidence, "resamples": resamples,
+                "seed": seed, "interval": "percentile bootstrap over sentences (paired)"}
+    return QualityReport(checks, mean_scores(cand), mean_scores(base), cand, base, spreads,
+                         settings)
 
 
-def _mos_check(cand: float, base: float, tolerance: float) -> Check:
-    floor = (1.0 - tolerance) * base
-    change = f"{(cand / base - 1.0) * 100.0:+.1f}%" if base > 0 else "n/a"
-    return Check(
-        name=f"MOS proxy within {tolerance:.0%} of baseline",
-        passed=cand >= floor - _SLACK,
-        candidate=cand,
-        baseline=base,
-        detail=f"DNSMOS OVRL {cand:.2f} vs {base:.2f} ({change}); needs at least {floor:.2f}",
-    )
+def _mos_check(name: str, j: paired.Judgement, values: tuple[list[float], list[float]],
+               tolerance: float) -> Check:
+    label = mos_label(name)
+    cand, base = (float(np.mean(v)) for v in values)
+    detail = (f"{label} {cand:.3f} vs {base:.3f}: change {j.delta:+.3f} "
+              f"({_ci(j.low, j.high, '+.3f')}); may drop by {-j.limit:.3f} "
+              f"({tolerance:.0%} of the baseline)")
+    return Check(f"{label} within {tolerance:.0%} of baseline", name, j.outcome, j.describe(),
+                 cand, base, j.delta, j.low, j.high, j.limit, j.n, j.settle, detail)
 
 
-def _wer_check(cand: float, base: float, points: float) -> Check:
-    growth = cand - base
-    return Check(
-        name=f"WER not worse by more than {points * 100:g} points",
-        passed=growth <= points + _SLACK,
-        candidate=cand,
-        baseline=base,
-        detail=(
-            f"WER {cand:.1%} vs {base:.1%} ({growth * 100:+.1f} points; limit +{points * 100:g})"
-        ),
-    )
+def _rate_check(metric: str, j: paired.Judgement, values: tuple[list[float], list[float]],
+                points: float) -> Check:
+    cand, base = (float(np.mean(v)) for v in values)
+    pts = lambda x: f"{x * 100:+.1f}"  # noqa: E731
+    detail = (f"ASR floor {base:.1%} (its own {metric} on the baseline), candidate {cand:.1%}: "
+              f"change {pts(j.delta)} points ({pts(j.low)} to {pts(j.high)}); "
+              f"limit +{points * 100:g}")
+    return Check(f"{metric} not worse by more than {points * 100:g} points", metric, j.outcome,
+                 j.describe(), cand, base, j.delta, j.low, j.high, j.limit, j.n, j.settle,
+                 detail)
 
 
-def _single(scores: QualityScores | Sequence[QualityScores], name: str) -> QualityScores:
+def _ci(low: float, high: float, fmt: str) -> str:
+    return f"CI {format(low, fmt)} to {format(high, fmt)}"
+
+
+def _paired_lists(candidate: QualityScores | Sequence[QualityScores],
+                  baseline: QualityScores | Sequence[QualityScores]
+                  ) -> tuple[list[QualityScores], list[QualityScores]]:
+    cand, base = _as_list(candidate, "candidate"), _as_list(baseline, "baseline")
+    if len(cand) != len(base):
+        raise ValueError(f"candidate has {len(cand)} sentences but baseline has {len(base)}; "
+                         "a paired verdict needs the same sentences on both sides")
+    for i, (c, b) in enumerate(zip(cand, base, strict=True)):
+        if c.text and b.text and c.text != b.text:
+            raise ValueError(f"sentence {i} differs: candidate read {c.text!r}, baseline "
+                             f"{b.text!r}; render the same sentences in the same order")
+    return cand, base
+
+
+def _as_list(scores: QualityScores | Sequence[QualityScores], name: str) -> list[QualityScores]:
     if isinstance(scores, QualityScores):
-        return scores
-    if isinstance(scores, Sequence) and all(isinstance(s, QualityScores) for s in scores):
-        return mean_scores(scores)
+        return [scores]
+    if isinstance(scores, Sequence) and not isinstance(scores, str) and all(
+            isinstance(s, QualityScores) for s in scores):
+        if not scores:
+            raise ValueError(f"{name} holds no sentences; a verdict needs at least one")
+        return list(scores)
     kind = type(scores).__name__
     raise TypeError(f"{name} must be QualityScores or a sequence of them, got {kind}")
 
 
 def _mean_of(cls: type, items: list) -> object:
-    """Field-by-field mean of dataclasses whose fields are all numbers."""
-    return cls(**{f.name: float(np.mean([getattr(i, f.name) for i in items])) for f in fields(cls)})
+    """Field-by-field mean of dataclasses of numbers; a field missing anywhere stays None."""
+    def mean(name: str) -> float | None:
+        values = [getattr(i, name) for i in items]
+        return None if None in values else float(np.mean(values))
 
-
-_FIDELITY_ROWS = (
-    ("MCD (dB)", "mcd_db", ".2f"),
-    ("PESQ-WB", "pesq_wb", ".2f"),
-    ("STOI", "stoi", ".3f"),
-)
-
-
-def _field(scores: Fidelity | None, name: str) -> float | None:
-    return None if scores is None else getattr(scores, name)
-
-
-def _metric_rows(cand: QualityScores, base: QualityScores) -> list[tuple[str, str, str]]:
-    def show(value: float | None, fmt: str) -> str:
-        return "n/a" if value is None else format(value, fmt)
-
-    rows = [
-        (f"DNSMOS {field.upper()}", getattr(cand.mos, field), getattr(base.mos, field), ".2f")
-        for field in ("ovrl", "sig", "bak", "p808")
-    ]
-    rows += [("WER", cand.wer, base.wer, ".1%"), ("CER", cand.cer, base.cer, ".1%")]
-    for label, name, fmt in _FIDELITY_ROWS:
-        rows.append((label, _field(cand.fidelity, name), _field(base.fidelity, name), fmt))
-    return [(label, show(c, fmt), show(b, fmt)) for label, c, b, fmt in rows]
+    return cls(**{f.name: mean(f.name) for f in fields(cls)})

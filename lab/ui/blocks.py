@@ -32,6 +32,7 @@ CSS = """
 #dummy-warning, .dummy-warning h2 { color: #b00020; }
 .verdict-pass { color: #1b7a2e; font-weight: 600; }
 .verdict-fail { color: #b00020; font-weight: 600; }
+.verdict-inconclusive { color: #8a5a00; font-weight: 600; }
 .synth-heard { font-weight: 600; min-height: 1.4em; }
 /* Tables keep their columns in a narrow window and scroll sideways instead of breaking
    every cell one letter per line. */

@@ -52,7 +52,11 @@ def load(ctx: LabContext, cfg: PipelineConfig, progress: gr.Progress, steps: int
     return ctx.cache.get(cfg, on_load=lambda msg: progress((0, steps), desc=msg, unit="step"))
 
 
-def verdict_span(passed: bool, text: str) -> str:
-    """`text` coloured by a quality verdict, with "{verdict}" in it read as PASS or FAIL."""
-    word, css = ("PASS", "verdict-pass") if passed else ("FAIL", "verdict-fail")
-    return f"<span class='{css}'>{text.replace('{verdict}', word)}</span>"
+def verdict_span(verdict: bool | str, text: str) -> str:
+    """`text` coloured by a quality verdict, with "{verdict}" in it read as PASS, FAIL or
+    INCONCLUSIVE; `verdict` is a report's `passed` or its `outcome`."""
+    outcome = {True: "pass", False: "fail"}.get(verdict, verdict)
+    if outcome not in ("pass", "fail", "inconclusive"):
+        raise ValueError(f"unknown verdict {verdict!r}")
+    word = str(outcome).upper()
+    return f"<span class='verdict-{outcome}'>{text.replace('{verdict}', word)}</span>"

@@ -214,16 +214,40 @@ def test_knob_state_is_shared_across_tabs_and_ar_presets_open_the_engine(app, pa
     assert page.input_value("#synth-family input") == "piper-vits"
 
 
+QUALITY_TEXT = ("The quality check listens to this sentence. It judges each sentence on its "
+                "own. The floor comes from the reference.")
+
+
 def test_quality_check_judges_the_take_against_its_fp32_reference(app, page):
+    """A bf16 take of three sentences, judged on them alone: a verdict with an interval per
+    check, the recogniser's floor, and the worst sentences with both renderings to play."""
     open_tab(page, app.url)
-    page.fill("#synth-text textarea", "The quality check listens to this sentence.")
+    show_knobs(page)
+    page.click("#synth-dtype input")
+    page.get_by_role("option", name="bf16", exact=True).click()
+    page.fill("#synth-text textarea", QUALITY_TEXT)
+    page.check("#synth-slow input")  # bf16 is emulated on a CPU without native support
     page.click("#synth-go")
-    wait_text(page, "#synth-status", "Done", "⚠️")
+    status = wait_text(page, "#synth-status", "Done", "⚠️")
+    assert "Done" in status, status
+    page.click("#synth-quality-set input")
+    page.get_by_role("option", name="none (the take's sentences only)", exact=True).click()
     page.click("#synth-quality-go")
-    report = wait_text(page, "#synth-quality-report", "Quality PASS", "Quality FAIL", "Error")
-    assert "against the fp32 reference" in report and "MOS" in report and "WER" in report
+    report = wait_text(page, "#synth-quality-report", "Quality PASS", "Quality FAIL",
+                       "Quality INCONCLUSIVE", "Error")
+    assert "against the fp32 reference" in report and "on 3 sentences" in report
+    assert "paired bootstrap intervals" in report and "Change (95% CI)" in report
+    assert "DNSMOS OVRL" in report and "(ASR floor)" in report and "MCD (dB)" in report
+    assert re.search(r"[+-]\d\.\d{3} \([+-]\d\.\d{3} to [+-]\d\.\d{3}\)", report), report
     src = page.get_attribute("#synth-reference audio", "src")
     assert src and src.endswith(".wav")
+    # bf16 moves every MOS reading a little, so some sentence always fell: it is listed, and
+    # both of its renderings can be played.
+    assert "Worst sentences" in report
+    page.wait_for_selector("#synth-worst-0", state="visible")
+    assert "fp32 heard" in page.inner_text("#synth-worst-0-text")
+    for side in ("base", "take"):
+        assert page.get_attribute(f"#synth-worst-0-{side} audio", "src").endswith(".wav")
 
 
 @pytest.mark.parametrize("preset", list_presets())
