@@ -49,8 +49,10 @@ import torch
 
 from lab.bench.arrivals import poisson_arrivals
 from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.heap import freeze_survivors
 from lab.engine.request import SamplingParams
 from lab.engine.weights import load_lm
+from lab.metrics.gc_pauses import GcPauses
 from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
 from lab.models.orpheus_backend import TINY_SNAC
 from lab.models.orpheus_format import (
@@ -109,6 +111,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--snac-compile", default="default", help="'none' or a torch.compile mode")
     p.add_argument("--snac-dtype", default="fp32", choices=sorted(DTYPES))
     p.add_argument("--side-stream", action="store_true", help="decode SNAC on a side stream")
+    p.add_argument("--snac-graphs", action="store_true",
+                   help="replay the SNAC decode from CUDA graphs (per batch bucket and frames)")
+    p.add_argument("--gc-everything", action="store_true",
+                   help="leave what warm-up left alive in Python's full collections")
+    p.add_argument("--mixed-prefill", type=int, default=0,
+                   help="prompt tokens a decode step may carry (0: prompts prefill alone)")
     p.add_argument("--profile", action="store_true", help="write a kernel table for the largest N")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--repeats", type=int, default=3, help="runs per stream count")
@@ -145,9 +153,11 @@ def build(args, device: torch.device, n_slots: int, max_len: int):
     layout = OrpheusLayout.fitting(cfg.vocab_size)
     snac_cfg = {**(TINY_SNAC if args.smoke else SNAC_24KHZ), "codebook_size": layout.codebook_size}
     codec = SnacCodec(build_snac(snac_cfg), device=device, dtype=DTYPES[args.snac_dtype],
-                      noise=False, compile_mode=args.snac_compile, is_dummy=True)
+                      noise=False, compile_mode=args.snac_compile, is_dummy=True,
+                      cuda_graphs=args.snac_graphs, max_batch=n_slots)
     engine = LLMEngine(lm, EngineConfig(n_slots=n_slots, max_len=max_len,
-                                        decode_mode=args.decode_mode))
+                                        decode_mode=args.decode_mode,
+                                        mixed_prefill=args.mixed_prefill))
     tokenizer = ByteTokenizer(layout.bos) if args.smoke else SubwordStandIn(layout.bos, 128000)
     tts = TokenTTS(engine, codec, OrpheusFormat(tokenizer, layout),
                    window=window_of(args.window), side_stream=args.side_stream)
@@ -248,6 +258,8 @@ def repeated(measure: Callable[[], dict], repeats: int, spread_keys: tuple[str, 
     _, runs = timed_repeats(measure, repeats=repeats, warmup=0)
     row = {}
     for key, value in runs[0].items():
+        if isinstance(value, list):  # a log (the slowest steps): per run only
+            continue
         values = [r[key] for r in runs if r[key] is not None]
         same = not values or isinstance(value, bool) or len(set(values)) == 1
         row[key] = value if same else statistics.median(values)
@@ -272,8 +284,10 @@ class OpenLoopRun:
     submitted: dict[str, float] = field(default_factory=dict)
     deliveries: dict[str, list] = field(default_factory=dict)
     steps: list[tuple[float, bool]] = field(default_factory=list)
+    slow: list[dict] = field(default_factory=list)
     idle_s: float = 0.0
     end: float = 0.0
+    gc: dict = field(default_factory=dict)
 
 
 def serve_open_loop(tts: TokenTTS, offsets: list[float], tokens: int,
@@ -287,17 +301,41 @@ def serve_open_loop(tts: TokenTTS, offsets: list[float], tokens: int,
     """
     run = OpenLoopRun(time.perf_counter())
     queue = deque(run.start + offset for offset in offsets)
-    while (queue or tts.has_unfinished()) and time.perf_counter() < run.start + stop_s:
-        while queue and queue[0] <= time.perf_counter():
-            submit_due(tts, run, queue.popleft(), tokens)
-        if tts.has_unfinished():
-            run.steps.append(timed_step(tts, run.deliveries))
-        elif queue:
-            idle = time.perf_counter()
-            time.sleep(max(0.0, queue[0] - idle))
-            run.idle_s += time.perf_counter() - idle
+    with GcPauses() as collector:
+        while (queue or tts.has_unfinished()) and time.perf_counter() < run.start + stop_s:
+            while queue and queue[0] <= time.perf_counter():
+                submit_due(tts, run, queue.popleft(), tokens)
+            if tts.has_unfinished():
+                step_with_suspects(tts, run, collector)
+            elif queue:
+                idle = time.perf_counter()
+                time.sleep(max(0.0, queue[0] - idle))
+                run.idle_s += time.perf_counter() - idle
     run.end = time.perf_counter()
+    run.gc = collector.summary()
     return run
+
+
+SLOW_STEP_MS = 50.0
+
+
+def step_with_suspects(tts: TokenTTS, run: OpenLoopRun, collector: GcPauses) -> None:
+    """One timed step; a step slower than SLOW_STEP_MS is logged with what might explain it:
+    a prefill, the streams running, codec windows and calls launched, compiles, collector
+    pauses inside it."""
+    from torch._dynamo.utils import counters
+
+    before = (len(collector.pauses), tts.decoder.decoded_windows, tts.decoder.decode_calls,
+              counters["stats"]["unique_graphs"])
+    ms, prefilled = timed_step(tts, run.deliveries)
+    run.steps.append((ms, prefilled))
+    if ms > SLOW_STEP_MS:
+        run.slow.append({
+            "ms": ms, "prefill": prefilled, "running": len(tts.engine.scheduler.running),
+            "codec_windows": tts.decoder.decoded_windows - before[1],
+            "codec_calls": tts.decoder.decode_calls - before[2],
+            "compiles": counters["stats"]["unique_graphs"] - before[3],
+            "gc_ms": sum(p for _, p in collector.pauses[before[0]:])})
 
 
 def submit_due(tts: TokenTTS, run: OpenLoopRun, due: float, tokens: int) -> None:
@@ -392,6 +430,8 @@ def run_open_loop(tts: TokenTTS, offsets: list[float], duration: float, tokens: 
     row = open_loop_row(run, *settle(tts, run), duration, tts.sample_rate)
     row["snac_share"] = codec_ms / (row["wall_s"] * 1e3)
     row["recompiles"] = counters["stats"]["unique_graphs"] - graphs
+    row["slow_steps"] = sorted(run.slow, key=lambda step: -step["ms"])[:8]
+    row.update(run.gc)
     return row
 
 
@@ -399,7 +439,7 @@ OPEN_SPREAD_KEYS = ("active_mean", "ttfa_ms_p50", "ttfa_ms_p95", "stream_tok_s_m
                     "below_realtime_share", "step_ms_p50", "step_ms_p95", "step_ms_max",
                     "prefill_share", "snac_share")
 OPEN_PER_RUN_KEYS = (*OPEN_SPREAD_KEYS, "active_peak", "finished", "stalled_streams",
-                     "recompiles")
+                     "recompiles", "slow_steps", "gc_full", "gc_ms_max", "gc_ms_total")
 
 
 def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) -> list[dict]:
@@ -449,14 +489,17 @@ def profile_steps(tts: TokenTTS, n: int, tokens: int, out: Path) -> None:
     out.write_text(f"{n} streams, 28 decode steps\n\n" + "\n\n".join(tables))
 
 
-def time_call(fn, device: torch.device, reps: int) -> Spread:
-    """ms of fn() over reps (device events on CUDA): median and min-max."""
-    times = []
+def time_call(fn, device: torch.device, reps: int) -> tuple[Spread, Spread]:
+    """ms of fn() over reps, on the device (events; the host's clock on a CPU) and on the host
+    until fn returns (what its launches cost the thread that also runs the LM's steps)."""
+    times, host = [], []
     for _ in range(reps):
         if device.type == "cuda":
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
+            t0 = time.perf_counter()
             fn()
+            host.append((time.perf_counter() - t0) * 1e3)
             end.record()
             end.synchronize()
             times.append(begin.elapsed_time(end))
@@ -464,7 +507,8 @@ def time_call(fn, device: torch.device, reps: int) -> Spread:
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    return Spread.of(times)
+            host.append(times[-1])
+    return Spread.of(times), Spread.of(host)
 
 
 def snac_microbench(args, device: torch.device, batches: list[int], frames: int) -> list[dict]:
@@ -476,8 +520,14 @@ def snac_microbench(args, device: torch.device, batches: list[int], frames: int)
     if args.snac_dtype != "fp32":
         variants[f"compile:{args.snac_compile} {args.snac_dtype}"] = (args.snac_compile,
                                                                       args.snac_dtype)
+    graphed = args.snac_graphs and device.type == "cuda"
+    if graphed:
+        variants[f"compile:{args.snac_compile} {args.snac_dtype} + graphs"] = (
+            args.snac_compile, args.snac_dtype)
     codecs = {name: SnacCodec(build_snac(cfg), device=device, dtype=DTYPES[dtype], noise=False,
-                              compile_mode=mode) for name, (mode, dtype) in variants.items()}
+                              compile_mode=mode, cuda_graphs=name.endswith("graphs"),
+                              max_batch=max(batches))
+              for name, (mode, dtype) in variants.items()}
     rows = []
     for b in batches:
         codes = torch.randint(0, cfg["codebook_size"], (b, frames, 7))
@@ -485,12 +535,13 @@ def snac_microbench(args, device: torch.device, batches: list[int], frames: int)
         for name, codec in codecs.items():
             for _ in range(3):
                 out = codec.decode(codes)
-            spread = time_call(lambda c=codec, x=codes: c.decode(x), device,
-                               2 if args.smoke else 20)
+            spread, host = time_call(lambda c=codec, x=codes: c.decode(x), device,
+                                     2 if args.smoke else 20)
             ms = spread.median
             err = float((out - ref).norm() / ref.norm())
             rows.append({"streams": b, "snac": name, "window_frames": frames, "ms_per_call": ms,
                          "ms_per_chunk": ms / b, "rel_err_vs_eager": err,
+                         "host_ms_per_call": host.median,
                          "fallbacks": list(codec.fallbacks), "ms_per_call_spread":
                          spread.to_dict()})
     return rows
@@ -564,7 +615,9 @@ def _header(result: dict) -> list[str]:
             f"LM {result['dtype']}, decode mode {result['decode_mode']}, {slots}cache "
             f"{result['max_len']} positions. Prompt {result['prompt_tokens']} tokens. SNAC window "
             f"{result['window']} (hop,left,right frames), codec {result['snac_compile']} "
-            f"{result['snac_dtype']}, side stream {result['side_stream']}. "
+            f"{result['snac_dtype']}{' in CUDA graphs' if result.get('snac_graphs') else ''}, "
+            f"side stream {result['side_stream']}, prompt tokens "
+            f"carried by a decode step {result.get('mixed_prefill', 0)}. "
             f"Real time = {REALTIME_TOKENS_PER_S:.1f} tokens/s.\n"]
 
 
@@ -629,13 +682,18 @@ def _streams_table(result: dict) -> list[str]:
 
 def _codec_tables(result: dict) -> list[str]:
     lines = ["## SNAC window decode\n", "Device time per call over 20 calls: median "
-             "(min-max).\n", "| streams | codec | ms per call | ms per chunk | "
-             "rel. err vs eager |", "|---|---|---|---|---|"]
+             "(min-max); host: the median time until the call returns, which the thread that "
+             "also launches the LM's steps spends on it.\n",
+             "| streams | codec | ms per call | ms per chunk | host ms per call | "
+             "rel. err vs eager |", "|---|---|---|---|---|---|"]
     for r in result["snac"]:
         s = r.get("ms_per_call_spread")
         span = f" ({s['min']:.2f}-{s['max']:.2f})" if s else ""
+        host = r.get("host_ms_per_call")
         lines.append(f"| {r['streams']} | {r['snac']} | {r['ms_per_call']:.2f}{span} | "
-                     f"{r['ms_per_chunk']:.3f} | {r['rel_err_vs_eager']:.1e} |")
+                     f"{r['ms_per_chunk']:.3f} | "
+                     f"{'-' if host is None else f'{host:.2f}'} | "
+                     f"{r['rel_err_vs_eager']:.1e} |")
     lines += ["\n## Streaming window vs one-shot decode (dummy SNAC)\n",
               "| hop,left,right | frames decoded per frame | SNR dB | first audio after tokens |",
               "|---|---|---|---|"]
@@ -692,6 +750,7 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
     max_len = args.max_len or max(tokens, args.tokens) + 128
     tts = build(args, device, args.slots, max_len)
     tts.engine.runner.warmup()
+    tts.codec.capture(window_of(args.window).frames)
     # Compile the codec for every batch and window length a run meets (first chunks grow to the
     # full window, last ones flush), and warm the allocators, before anything is timed.
     # Each stream count is warmed again before its timed runs: a batch size the codec has not
@@ -699,6 +758,8 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
     warm_frames = window_of(args.window).frames + 3
     for n in (args.slots, 1):
         run_streams(tts, n, min(tokens, 7 * warm_frames), device)
+    if not args.gc_everything:
+        freeze_survivors()
     rows = []
     for n in streams:
         run_streams(tts, n, min(tokens, 7 * warm_frames), device)
@@ -718,7 +779,9 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
         else "cpu", "lm": "tiny-llama" if args.smoke else "orpheus-3b", "dtype": args.dtype,
         "decode_mode": tts.engine.runner.decoder.mode, "max_len": max_len,
         "window": args.window, "snac_compile": args.snac_compile, "snac_dtype": args.snac_dtype,
-        "side_stream": args.side_stream, "prompt_tokens": prompt_len(tts),
+        "side_stream": args.side_stream, "snac_graphs": tts.codec.graphs is not None,
+        "prompt_tokens": prompt_len(tts),
+        "mixed_prefill": args.mixed_prefill, "gc_frozen": not args.gc_everything,
         "slots": args.slots, "repeats": args.repeats, "open_loop": open_loop, "streams": rows,
         "snac": snac_microbench(args, device, [1, 4] if args.smoke else [1, 16, 64],
                                 window.frames),

@@ -198,7 +198,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     scores = evaluate(audio, rate, args.text, reference=reference)
     m = scores.mos
     rows = [("DNSMOS SIG/BAK/OVRL", f"{m.sig:.2f} / {m.bak:.2f} / {m.ovrl:.2f}"),
-            ("DNSMOS P.808", f"{m.p808:.2f}"), ("transcript", scores.transcript),
+            ("DNSMOS P.808", f"{m.p808:.2f}"), ("Distill-MOS", f"{m.distill:.2f}"),
+            ("transcript", scores.transcript),
             ("WER", f"{scores.wer:.3f}"), ("CER", f"{scores.cer:.3f}")]
     if scores.fidelity is not None:
         f = scores.fidelity

@@ -91,6 +91,12 @@ def synthesize(page: Page) -> None:
     settle(page, "#synth-chart")
 
 
+AB_INTERVALS = (16, 4, 8)
+"""Config B's decode interval for each blind vote: three candidates against one baseline
+make four configurations, enough for the ranking to show (with the wide intervals that a
+vote per pair leaves)."""
+
+
 KNOBS = "Knobs: precision, compile, batching, streaming, engine"
 
 
@@ -115,14 +121,23 @@ def quality(page: Page) -> str:
 
 def ab(page: Page) -> None:
     page.get_by_role("tab", name="A/B").click()
-    page.click("#ab-render")
-    wait_text(page, "#ab-status", "Play X and Y")
-    for side in ("x", "y"):
-        page.evaluate(f"() => document.querySelector('#ab-{side} audio').play()")
-    page.wait_for_function("() => !document.querySelector('#ab-vote-x').disabled")
-    page.click("#ab-vote-x")
-    wait_text(page, "#ab-status", "saved")
-    settle(page, "#ab-win-chart", "#ab-quality-chart")
+    page.get_by_text("Configurations", exact=True).click()
+    page.wait_for_selector("#ab-b-decode-interval", state="visible")
+    for n, interval in enumerate(AB_INTERVALS, 1):
+        field = page.locator("#ab-b-decode-interval input[type=number]")
+        field.fill(str(interval))
+        field.press("Enter")
+        page.click("#ab-render")
+        wait_text(page, "#ab-status", "Play X and Y")
+        for side in ("x", "y"):
+            page.evaluate(f"() => document.querySelector('#ab-{side} audio').play()")
+        page.wait_for_function("() => !document.querySelector('#ab-vote-x').disabled")
+        page.click("#ab-vote-x")
+        wait_text(page, "#ab-status", f"Vote #{n} saved")
+        wait_text(page, "#ab-reveal", "Quality")
+    wait_text(page, "#ab-rank-notes", "Neighbours")
+    page.get_by_text("Configurations", exact=True).click()
+    settle(page, "#ab-win-chart", "#ab-quality-chart", "#ab-rank-chart")
 
 
 def benchmark(page: Page) -> None:

@@ -78,7 +78,7 @@ def test_eval_prints_meters_and_a_pass_against_its_own_reference(tmp_path, capsy
     capsys.readouterr()
     assert main(["eval", str(out), "--text", text, "--ref", str(out)]) == 0
     printed = capsys.readouterr().out
-    for name in ("DNSMOS SIG/BAK/OVRL", "WER", "PESQ wb", "STOI"):
+    for name in ("DNSMOS SIG/BAK/OVRL", "Distill-MOS", "WER", "PESQ wb", "STOI"):
         assert name in printed
     assert "FAIL" not in printed and "PASS" in printed.upper()
 

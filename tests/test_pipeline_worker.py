@@ -92,7 +92,7 @@ def test_a_failure_at_load_reaches_the_first_requests_fallbacks(monkeypatch):
     """Compile and capture happen at load (warm-up), so a failure there is recorded before any
     request, and the first request's own result says so."""
 
-    def broken(self, bucket, length):
+    def broken(self, bucket, length, pre):
         raise RuntimeError("forced capture failure")
 
     monkeypatch.setattr(graphs.GraphedDecoder, "_run_padded", broken)
@@ -160,7 +160,7 @@ def test_a_dropped_pipeline_is_freed_and_its_worker_exits():
 
 
 def test_resolved_config_shows_what_ran_after_a_fallback(monkeypatch):
-    def broken(self, bucket, length):
+    def broken(self, bucket, length, pre):
         raise RuntimeError("forced capture failure")
 
     monkeypatch.setattr(graphs.GraphedDecoder, "_run_padded", broken)

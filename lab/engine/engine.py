@@ -42,6 +42,13 @@ class EngineConfig:
     'fp8-e4m3' (half the bytes of bf16 plus a scale per head vector, see `kv_dtype`); where
     fp8 cannot run, or the cache is not static, the fallbacks say so. fp8 buys slots or
     context, not speed: pair it with a compiled `decode_mode`, which fuses its dequantization.
+
+    `mixed_prefill` > 0 lets a decode step carry one prompt chunk of up to that many tokens
+    (static cache only; the fallbacks say so otherwise): a request arriving while others
+    decode is prefilled inside their step instead of in a forward of its own, which would
+    stall every running stream for a whole extra pass over the weights. Each (batch, key)
+    pair then has a second graph with the chunk. With nothing decoding, prompts still prefill
+    on their own, several at once, within `prefill_chunk` and `prefill_budget`.
     """
 
     n_slots: int = 16
@@ -54,16 +61,24 @@ class EngineConfig:
     buckets: tuple[int, ...] | None = None
     key_buckets: tuple[int, ...] | None = None
     kv_dtype: str = "auto"
+    mixed_prefill: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.mixed_prefill < self.max_len:
+            raise ValueError(f"mixed_prefill={self.mixed_prefill} must lie in "
+                             f"[0, max_len={self.max_len})")
 
 
 @dataclass
 class EngineStats:
-    """Counters that show where the time goes: idle rows are decode work thrown away, and
+    """Counters that show where the time goes: idle rows are decode work thrown away,
     `decode_tokens` is what the cache mode costs (one token per row with a cache, the whole
-    prefix of every running request without one)."""
+    prefix of every running request without one), and `carried_prefill_tokens` the part of
+    `prefill_tokens` written inside decode steps (`EngineConfig.mixed_prefill`)."""
 
     steps: int = 0
     prefill_tokens: int = 0
+    carried_prefill_tokens: int = 0
     decode_steps: int = 0
     decode_rows: int = 0
     active_rows: int = 0
@@ -92,7 +107,7 @@ class LLMEngine:
         self.runner = ModelRunner(model, n_slots=c.n_slots, max_len=c.max_len,
                                   kv_cache=c.kv_cache, decode_mode=c.decode_mode,
                                   buckets=c.buckets, key_buckets=c.key_buckets,
-                                  kv_dtype=c.kv_dtype,
+                                  kv_dtype=c.kv_dtype, mixed_prefill=c.mixed_prefill,
                                   logits_processor=logits_processor)
         self.vocab_size = model.cfg.vocab_size
         self.requests: dict[str, Request] = {}
@@ -140,11 +155,22 @@ class LLMEngine:
         return self.scheduler.has_work or bool(self._pending)
 
     def step(self) -> list[StepOutput]:
-        """Launch this step's prefill and decode, then retire the previous step's tokens."""
+        """Launch this step's prefill and decode, then retire the previous step's tokens.
+
+        A prompt completed this step is sampled first; it joins the decode batch next step.
+        """
         launched: list[PendingTokens] = []
         self.stats.last_decode_tokens = 0
-        chunks = self.scheduler.plan_prefill()
-        completed = self.runner.prefill(chunks)
+        batch = [r for r in self.scheduler.decode_batch() if r.can_launch and r.n_launched]
+        rows = self.scheduler.decode_rows()
+        carry = self.runner.carried_prefill if batch else 0
+        chunks = self.scheduler.plan_prefill(carry)
+        decoded = None
+        if carry and chunks:
+            completed, decoded = self.runner.decode_with_prefill(batch, rows, chunks[0])
+            self.stats.carried_prefill_tokens += chunks[0].stop - chunks[0].start
+        else:
+            completed = self.runner.prefill(chunks)
         for chunk in chunks:
             self.scheduler.prefilled(chunk)
             self.stats.prefill_tokens += chunk.stop - chunk.start
@@ -152,11 +178,11 @@ class LLMEngine:
             ready = list(completed)
             logits = torch.stack([completed[r] for r in ready])
             launched.append(self._launch(ready, logits))
-        batch = [r for r in self.scheduler.decode_batch() if r.can_launch and r.n_launched]
         if batch:
-            rows = self.scheduler.decode_rows()
             self._count_decode(batch, rows)
-            launched.append(self._launch(batch, self.runner.decode(batch, rows)))
+            if decoded is None:
+                decoded = self.runner.decode(batch, rows)
+            launched.append(self._launch(batch, decoded))
         self.stats.steps += 1
         previous, self._pending = self._pending, launched
         return self._retire(previous)

@@ -36,13 +36,13 @@ from __future__ import annotations
 import torch
 
 from lab.engine.cache import StaticKVCache
-from lab.engine.llm import call_block, call_head
+from lab.engine.llm import call_block, call_head, call_mixed_block
 from lab.quant.compile import COMPILED_MODES, inductor_mode
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 KEY_BASE = 64
 MODES = ("eager", "cuda-graph", *COMPILED_MODES)
-Shape = tuple[int, int]  # (batch bucket, key bucket) of one captured step
+Shape = tuple[int, int, int]  # (batch bucket, key bucket, prompt tokens) of one captured step
 
 
 def default_key_buckets(max_len: int, base: int = KEY_BASE) -> tuple[int, ...]:
@@ -76,13 +76,17 @@ class GraphedDecoder:
     `key_buckets` are the prefix lengths captured (None: `default_key_buckets`; an empty tuple
     reads the whole cache every step, as before key buckets).
 
+    `prefill_tokens` > 0 also prepares, for every (batch, key) pair, a step that carries one
+    prompt chunk of that many tokens (`with_prefill`), so an arriving prompt rides along
+    with the decode step instead of stalling it with a forward of its own.
+
     The returned logits live in a static buffer that the next call overwrites: consume them
     (sample, copy) before calling again.
     """
 
     def __init__(
         self, model, cache: StaticKVCache, mode: str = "cuda-graph", buckets=BUCKETS,
-        key_buckets=None,
+        key_buckets=None, prefill_tokens: int = 0,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"decode mode {mode!r} is not valid; choose one of {list(MODES)}")
@@ -94,13 +98,20 @@ class GraphedDecoder:
         self.buckets = _sizes(buckets, cache.n_slots)
         keys = default_key_buckets(cache.max_len) if key_buckets is None else key_buckets
         self.key_buckets = _sizes(keys, cache.max_len)
+        if not 0 <= prefill_tokens < cache.max_len:
+            raise ValueError(f"prefill_tokens={prefill_tokens} must lie in [0, {cache.max_len})")
+        self.prefill_tokens = prefill_tokens
         self.device = cache.k.device
         self.mode = mode
         self._step = self._decode_fn()
         n, dev = self.buckets[-1], self.device
         self._tokens = torch.zeros(n, 1, dtype=torch.long, device=dev)
         self._positions = torch.full((n, 1), cache.max_len - 1, dtype=torch.long, device=dev)
-        self._logits: torch.Tensor | None = None  # every graph's output, rows [0, bucket)
+        t = max(prefill_tokens, 1)
+        self._pre_tokens = torch.zeros(1, t, dtype=torch.long, device=dev)
+        self._pre_positions = torch.full((1, t), cache.max_len - 1, dtype=torch.long, device=dev)
+        self._pre_rows = torch.zeros(1, dtype=torch.long, device=dev)
+        self._logits: torch.Tensor | None = None  # every graph's output, rows [0, bucket]
         self._graphs: dict[Shape, torch.cuda.CUDAGraph] = {}
         self._ready: set[Shape] = set()
         self._pool = None
@@ -118,7 +129,8 @@ class GraphedDecoder:
 
     @property
     def prepared(self) -> list[Shape]:
-        """The (batch bucket, key bucket) steps captured or compiled so far, ascending."""
+        """The (batch bucket, key bucket, prompt tokens) steps captured or compiled so far,
+        ascending (prompt tokens 0: a decode-only step)."""
         return sorted(self._ready)
 
     def _fall_back(self, reason: str) -> None:
@@ -129,14 +141,18 @@ class GraphedDecoder:
     def _decode_fn(self):
         model = self.model
         if self.mode not in COMPILED_MODES:
-            return lambda tokens, positions, view: model(tokens, positions, view)
-        _allow_recompiles(4 * len(self.buckets) * len(self.key_buckets) + 16)
+            return lambda tokens, positions, view, pre=(): (
+                model.forward_mixed(tokens, positions, view, *pre) if pre
+                else model(tokens, positions, view))
+        _allow_recompiles(8 * len(self.buckets) * len(self.key_buckets) + 16)
         options = dict(mode=inductor_mode(self.mode), fullgraph=True, dynamic=False)
-        block = _any_key_length(torch.compile(call_block, **options))
+        block = _any_key_length(torch.compile(call_block, **options), (4,))
+        mixed = (_any_key_length(torch.compile(call_mixed_block, **options), (4, 6))
+                 if self.prefill_tokens else None)  # compiled only where a chunk can ride
         head = torch.compile(call_head, **options)
-        return lambda tokens, positions, view: model(
-            tokens, positions, view, block_fn=block, head_fn=head
-        )
+        return lambda tokens, positions, view, pre=(): (
+            model.forward_mixed(tokens, positions, view, *pre, block_fn=mixed, head_fn=head)
+            if pre else model(tokens, positions, view, block_fn=block, head_fn=head))
 
     def bucket_for(self, batch: int) -> int:
         return _smallest(self.buckets, batch, "batch")
@@ -149,10 +165,13 @@ class GraphedDecoder:
 
     @torch.inference_mode()
     def capture(self, batch_sizes=None, key_lengths=None) -> None:
-        """Compile/capture the given buckets now (all by default), so first calls are fast."""
+        """Compile/capture the given buckets now (all by default, with and without a prompt
+        chunk), so first calls are fast."""
+        prompts = sorted({0, self.prefill_tokens})
         for b in batch_sizes or self.buckets:
             for n in key_lengths or self.key_buckets:
-                self._prepare((self.bucket_for(b), self.key_bucket_for(n)))
+                for pre in prompts:
+                    self._prepare((self.bucket_for(b), self.key_bucket_for(n), pre))
 
     def _prepare(self, shape: Shape) -> None:
         if shape in self._ready or self.mode == "eager":
@@ -163,37 +182,41 @@ class GraphedDecoder:
             else:
                 self._run_padded(*shape)
         except Exception as err:  # any compiler or capture failure: say why, then run eagerly
-            self._fall_back(f"{self.mode} failed at batch {shape[0]}, {shape[1]} keys: "
-                            f"{type(err).__name__}: {err}")
+            self._fall_back(f"{self.mode} failed at batch {shape[0]}, {shape[1]} keys, "
+                            f"{shape[2]} prompt tokens: {type(err).__name__}: {err}")
             self._graphs.clear()
             return
         self._ready.add(shape)
 
-    def _capture(self, bucket: int, length: int) -> torch.cuda.CUDAGraph:
-        """One graph for `bucket` rows over the first `length` positions. It copies its logits
-        into the one shared buffer, so its own output returns to the pool for the next graph
-        instead of every (batch, key) pair keeping a [bucket, V] tensor alive."""
+    def _capture(self, bucket: int, length: int, pre: int) -> torch.cuda.CUDAGraph:
+        """One graph for `bucket` rows (and a `pre`-token prompt chunk) over the first
+        `length` positions. It copies its logits into the one shared buffer, so its own output
+        returns to the pool for the next graph instead of every shape keeping a [bucket, V]
+        tensor alive."""
         # Replays overwrite these rows' last cache position only (see the module docstring).
-        self._tokens.zero_()
-        self._positions.fill_(self.cache.max_len - 1)
+        for buffer, value in ((self._tokens, 0), (self._positions, self.cache.max_len - 1),
+                              (self._pre_tokens, 0), (self._pre_rows, 0),
+                              (self._pre_positions, self.cache.max_len - 1)):
+            buffer.fill_(value)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                out = self._run_padded(bucket, length)
+                out = self._run_padded(bucket, length, pre)
         torch.cuda.current_stream().wait_stream(side)
         if self._logits is None:
-            rows = (self.buckets[-1], *out.shape[1:])
+            rows = (self.buckets[-1] + 1, *out.shape[1:])
             self._logits = torch.empty(rows, dtype=out.dtype, device=self.device)
+        rows = out.shape[0]
         del out
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            self._logits[:bucket].copy_(self._run_padded(bucket, length))
+            self._logits[:rows].copy_(self._run_padded(bucket, length, pre))
         return graph
 
-    def _run_padded(self, bucket: int, length: int) -> torch.Tensor:
+    def _run_padded(self, bucket: int, length: int, pre: int) -> torch.Tensor:
         """The step a graph captures: padded rows at the scratch position `max_len - 1`,
-        keys read up to `length`.
+        keys read up to `length`, and with `pre` the prompt chunk's row after the decode rows.
 
         The scratch position lies past every shorter prefix, so the padded rows' writes are
         never read as keys; and it is never a request's position, since the scheduler admits
@@ -203,42 +226,78 @@ class GraphedDecoder:
         every key of the prefix, so their (discarded) softmax stays finite.
         """
         view = self.cache.prefix(length)
-        return self._step(self._tokens[:bucket], self._positions[:bucket], view)
+        prompt = (self._pre_tokens, self._pre_positions, self._pre_rows) if pre else ()
+        return self._step(self._tokens[:bucket], self._positions[:bucket], view, prompt)
 
     @torch.inference_mode()
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor,
                  n_keys: int | None = None) -> torch.Tensor:
-        if tokens.dim() != 2 or tokens.shape[1] != 1 or tokens.shape != positions.shape:
-            raise ValueError(
-                f"decode takes tokens and positions of shape [B, 1]; got {tuple(tokens.shape)} "
-                f"and {tuple(positions.shape)}"
-            )
+        _check_decode(tokens, positions)
+        return self._run(tokens, positions, n_keys, None)
+
+    @torch.inference_mode()
+    def with_prefill(self, tokens: torch.Tensor, positions: torch.Tensor, n_keys: int,
+                     pre_tokens: torch.Tensor, pre_positions: torch.Tensor,
+                     pre_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decode step of `__call__` carrying one prompt chunk for cache row `pre_row` [1]:
+        `pre_tokens`, `pre_positions` [1, prefill_tokens], left-padded at the scratch position.
+        `n_keys` must hold the chunk's positions too. Returns (decode logits [B, 1, V], the
+        chunk's last-token logits [1, 1, V])."""
+        _check_decode(tokens, positions)
+        if self.prefill_tokens < 1:
+            raise ValueError("this decoder carries no prompt chunks (prefill_tokens=0)")
+        want = (1, self.prefill_tokens)
+        if pre_tokens.shape != want or pre_positions.shape != want or pre_row.shape != (1,):
+            raise ValueError(f"a prompt chunk is tokens and positions {want} and a row [1]; got "
+                             f"{tuple(pre_tokens.shape)}, {tuple(pre_positions.shape)}, "
+                             f"{tuple(pre_row.shape)}")
+        logits = self._run(tokens, positions, n_keys, (pre_tokens, pre_positions, pre_row))
+        return logits[:-1], logits[-1:]
+
+    def _run(self, tokens, positions, n_keys, prompt) -> torch.Tensor:
+        """Logits of the B decode rows, then of the prompt chunk's row when one rides along."""
         b = tokens.shape[0]
         n_keys = self.cache.max_len if n_keys is None else n_keys
-        shape = (self.bucket_for(b), self.key_bucket_for(n_keys))
+        shape = (self.bucket_for(b), self.key_bucket_for(n_keys),
+                 self.prefill_tokens if prompt else 0)
         self._prepare(shape)
         if self.mode == "eager":  # no fixed shapes: only the real rows, over their own keys
-            return self._step(tokens, positions, self.cache.prefix(n_keys))
+            return self._step(tokens, positions, self.cache.prefix(n_keys), prompt or ())
         bucket = shape[0]
         self._tokens[:b].copy_(tokens)
         self._positions[:b].copy_(positions)
         if b < bucket:
             self._tokens[b:bucket].zero_()
             self._positions[b:bucket].fill_(self.cache.max_len - 1)
+        for buffer, value in zip((self._pre_tokens, self._pre_positions, self._pre_rows),
+                                 prompt or (), strict=False):
+            buffer.copy_(value)
         graph = self._graphs.get(shape)
         if graph is not None:
             graph.replay()
-            return self._logits[:b]
-        return self._run_padded(*shape)[:b]
+            out = self._logits
+        else:
+            out = self._run_padded(*shape)
+        return torch.cat((out[:b], out[bucket:bucket + 1])) if prompt else out[:b]
 
 
-def _any_key_length(block_fn):
-    """A compiled block that leaves the mask's key count symbolic, so every prefix shorter than
-    the cache shares one compiled version instead of costing a compile each."""
+def _check_decode(tokens: torch.Tensor, positions: torch.Tensor) -> None:
+    if tokens.dim() != 2 or tokens.shape[1] != 1 or tokens.shape != positions.shape:
+        raise ValueError(
+            f"decode takes tokens and positions of shape [B, 1]; got {tuple(tokens.shape)} "
+            f"and {tuple(positions.shape)}"
+        )
 
-    def run(block, x, cos, sin, bias, *rest):
-        torch._dynamo.maybe_mark_dynamic(bias, bias.dim() - 1)
-        return block_fn(block, x, cos, sin, bias, *rest)
+
+def _any_key_length(block_fn, masks: tuple[int, ...]):
+    """A compiled block that leaves the key count of its masks (the arguments at `masks`)
+    symbolic, so every prefix shorter than the cache shares one compiled version instead of
+    costing a compile each."""
+
+    def run(*args):
+        for i in masks:
+            torch._dynamo.maybe_mark_dynamic(args[i], args[i].dim() - 1)
+        return block_fn(*args)
 
     return run
 

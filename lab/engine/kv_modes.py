@@ -29,10 +29,10 @@ from lab.engine.slots import default_buckets
 from lab.engine.transfer import to_device
 
 
-def _left_padded(rows: list[list[int]], starts: list[int], scratch: int):
-    """Token rows left-padded to the longest, with their positions (padding at `scratch`), so
-    every row's last real token sits in the last column."""
-    width = max(len(r) for r in rows)
+def _left_padded(rows: list[list[int]], starts: list[int], scratch: int, width: int = 0):
+    """Token rows left-padded to the longest (or `width`), with their positions (padding at
+    `scratch`), so every row's last real token sits in the last column."""
+    width = max(width, *(len(r) for r in rows))
     tokens = [[0] * (width - len(r)) + r for r in rows]
     positions = [[scratch] * (width - len(r)) + list(range(s, s + len(r)))
                  for r, s in zip(rows, starts, strict=True)]
@@ -46,7 +46,10 @@ def _completed(chunks: list[PrefillChunk], logits: torch.Tensor) -> dict[Request
 
 class _SlotMode:
     """Hooks a mode may leave alone: nothing to capture, nothing to note per sampled token,
-    nothing to drop when a request leaves its slot."""
+    nothing to drop when a request leaves its slot, no prompt chunk carried in a decode step
+    (`carried_prefill` is the most prompt tokens `decode_with_prefill` takes)."""
+
+    carried_prefill = 0
 
     def warmup(self) -> None:
         """Nothing to capture."""
@@ -63,7 +66,7 @@ class StaticSlots(_SlotMode):
 
     def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str,
                  buckets: tuple[int, ...] | None, key_buckets: tuple[int, ...] | None,
-                 kv_dtype: str) -> None:
+                 kv_dtype: str, prefill_tokens: int = 0) -> None:
         cfg, weight = model.cfg, model.embed.weight
         self.model, self.max_len = model, max_len
         dtype, why = storage_dtype(kv_dtype, weight.dtype, weight.device)
@@ -71,7 +74,8 @@ class StaticSlots(_SlotMode):
         self.cache = StaticKVCache(cfg.n_layers, n_slots, max_len, cfg.n_kv_heads, cfg.head_dim,
                                    dtype, weight.device)
         self.decoder = GraphedDecoder(model, self.cache, decode_mode,
-                                      buckets or default_buckets(n_slots), key_buckets)
+                                      buckets or default_buckets(n_slots), key_buckets,
+                                      prefill_tokens)
         self.device = weight.device
 
     @property
@@ -101,12 +105,40 @@ class StaticSlots(_SlotMode):
         over exactly the positions the longest of them has."""
         if self.decoder.mode == "eager":
             return self._decode_live(requests, last_token)
+        logits = self.decoder(last_token[:n_rows, None], self._row_positions(requests, n_rows),
+                              max(r.position for r in requests) + 1)
+        return self._rows_of(requests, logits)
+
+    @property
+    def carried_prefill(self) -> int:
+        return self.decoder.prefill_tokens
+
+    def decode_with_prefill(self, requests: list[Request], n_rows: int,
+                            last_token: torch.Tensor, chunk: PrefillChunk
+                            ) -> tuple[dict[Request, torch.Tensor], torch.Tensor]:
+        """A decode step that also writes a prompt chunk: (the prompt's last-token logits if
+        the chunk completes it, the decode logits). The chunk rides in the decode step's
+        forward (rows [0, n_rows) as in `decode`, eager included, since one forward still beats
+        two), padded to the decoder's `prefill_tokens`; the step reads keys as far as the
+        furthest of both needs."""
+        tokens, positions = _left_padded([chunk.tokens], [chunk.start], self.max_len - 1,
+                                         self.decoder.prefill_tokens)
+        n_keys = max(chunk.stop, *(r.position + 1 for r in requests))
+        logits, last = self.decoder.with_prefill(
+            last_token[:n_rows, None], self._row_positions(requests, n_rows), n_keys,
+            to_device(tokens, torch.long, self.device),
+            to_device(positions, torch.long, self.device),
+            to_device([chunk.request.slot], torch.long, self.device))
+        return _completed([chunk], last[:, -1]), self._rows_of(requests, logits)
+
+    def _row_positions(self, requests: list[Request], n_rows: int) -> torch.Tensor:
+        """[n_rows, 1]: each request's position in its slot's row, scratch elsewhere."""
         positions = [self.max_len - 1] * n_rows
         for r in requests:
             positions[r.slot] = r.position
-        positions = to_device(positions, torch.long, self.device)[:, None]
-        n_keys = max(r.position for r in requests) + 1
-        logits = self.decoder(last_token[:n_rows, None], positions, n_keys)
+        return to_device(positions, torch.long, self.device)[:, None]
+
+    def _rows_of(self, requests: list[Request], logits: torch.Tensor) -> torch.Tensor:
         slots = to_device([r.slot for r in requests], torch.long, self.device)
         return logits[slots, -1]
 
@@ -132,7 +164,7 @@ class _EagerSlots(_SlotMode):
 
     def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str,
                  buckets: tuple[int, ...] | None, key_buckets: tuple[int, ...] | None,
-                 kv_dtype: str) -> None:
+                 kv_dtype: str, prefill_tokens: int = 0) -> None:
         self.model, self.n_slots, self.max_len = model, n_slots, max_len
         self.device = model.embed.weight.device
         self.fallbacks: list[str] = []
@@ -142,6 +174,9 @@ class _EagerSlots(_SlotMode):
         if KV_DTYPES[kv_dtype] is not None:
             self.fallbacks.append(f"kv_dtype={kv_dtype} needs the static KV cache; "
                                   f"kv_cache={self.mode} keeps K/V in the model's dtype")
+        if prefill_tokens:
+            self.fallbacks.append(f"prompt chunks ride in the decode step only with the static "
+                                  f"KV cache; kv_cache={self.mode} prefills in its own forward")
 
 
 class DynamicSlots(_EagerSlots):

@@ -139,22 +139,47 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, bias, positions, slot_index, contiguous, kv):
         b, t, _ = x.shape
+        q, k, v = self._project(x, cos, sin)
+        return self.o(self._attend(q, k, v, bias, positions, slot_index, contiguous, kv))
+
+    def forward_mixed(self, x, cos, sin, bias, positions, pre_bias, pre_positions, pre_rows, kv):
+        """Decode rows and prefill rows packed along one token axis: x is [B + R*T, dim], the
+        first B tokens one per cache row 0..B-1 (`positions` [B, 1]), then R prompt chunks of T
+        tokens for cache rows `pre_rows` (`pre_positions` [R, T]). The projections run once
+        over all tokens (the weights are read once); only attention is split, since each part
+        reads its own rows of the cache."""
+        b, (r, t) = positions.shape[0], pre_positions.shape
+        q, k, v = self._project(x[:, None], cos, sin)
+        decode = self._attend(q[:b], k[:b], v[:b], bias, positions, None, True, kv)
+        pre = [part.reshape(r, t, *part.shape[2:]) for part in (q[b:], k[b:], v[b:])]
+        prefill = self._attend(*pre, pre_bias, pre_positions, pre_rows, False, kv)
+        return self.o(torch.cat((decode.reshape(b, -1), prefill.reshape(r * t, -1))))
+
+    def _project(self, x, cos, sin):
+        """q, k and v [B, T, heads, hd] of tokens x [B, T, dim], q and k rotated."""
+        b, t, _ = x.shape
         hd, kvh, nh = self.head_dim, self.n_kv_heads, self.n_heads
         qkv = self.qkv(x).reshape(b, t, nh + 2 * kvh, hd)
         qk = apply_rope(qkv[:, :, : nh + kvh], cos, sin)  # q and k heads rotated together
-        q, k = qk[:, :, :nh], qk[:, :, nh:].transpose(1, 2)
-        v = qkv[:, :, nh + kvh :].transpose(1, 2)
+        return qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + kvh :]
+
+    def _attend(self, q, k, v, bias, positions, slot_index, contiguous, kv):
+        """Attention output [B, T, heads*hd] for q, k, v [B, T, heads, hd], after writing k, v
+        into the cache (`slot_index` None: rows 0..B-1)."""
+        b, t, nh, hd = q.shape
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
         if isinstance(kv, StaticLayer):
+            if slot_index is None:
+                slot_index = torch.arange(b, device=q.device)
             k, v = write_static(kv, k, v, positions, slot_index, contiguous, bias.shape[-1])
         elif kv is not None:
             k, v = kv.update(k, v)
         # Grouped-query attention without copying K/V per query head: the `group` query heads
         # that share a KV head are stacked along the query axis, which shares that row's mask.
-        group = nh // kvh
-        q = q.transpose(1, 2).reshape(b, kvh, group * t, hd)
+        kvh = self.n_kv_heads
+        q = q.transpose(1, 2).reshape(b, kvh, nh // kvh * t, hd)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        y = y.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
-        return self.o(y)
+        return y.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
 
 
 class MLP(nn.Module):
@@ -179,9 +204,12 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, bias, positions, slot_index, contiguous, kv):
+    def forward(self, x, cos, sin, *attn_args, mixed=False):
+        """`attn_args` are the attention's: `Attention.forward`'s, or with `mixed` (x packs
+        decode and prefill tokens on one axis) `Attention.forward_mixed`'s."""
         h = self.attn_norm(x)
-        x = x + self.attn(h, cos, sin, bias, positions, slot_index, contiguous, kv)
+        attend = self.attn.forward_mixed if mixed else self.attn
+        x = x + attend(h, cos, sin, *attn_args)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -200,6 +228,10 @@ def attention_bias(positions, key_positions, group: int, dtype) -> torch.Tensor:
 
 def call_block(block: Block, *args) -> torch.Tensor:
     return block(*args)
+
+
+def call_mixed_block(block: Block, *args) -> torch.Tensor:
+    return block(*args, mixed=True)
 
 
 def call_head(norm: RMSNorm, head: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -277,6 +309,47 @@ class LM(nn.Module):
         if last_only:
             x = x[:, -1:]
         return head_fn(self.norm, self.lm_head, x)
+
+    def forward_mixed(self, tokens, positions, cache, pre_tokens, pre_positions, pre_rows, *,
+                      block_fn=call_mixed_block, head_fn=call_head) -> torch.Tensor:
+        """One decode step with prompt chunks riding along: logits [B + R, 1, V], the B decode
+        rows' next tokens, then each prefill row's last token.
+
+        Decode row b is cache row b (`tokens`, `positions` [B, 1]); prefill row r writes
+        `pre_tokens` [R, T] at `pre_positions` into cache row `pre_rows[r]`, left-padded so its
+        last real token is column T-1 (padding sits at the scratch position `max_len - 1`).
+        `cache` is a `StaticKVCache` or its prefix, which must hold every chunk's positions.
+        A separate prefill forward would read every weight a second time and launch every
+        kernel again; here a prompt costs only its tokens' share of the matmuls.
+        """
+        _check_mixed(tokens, positions, pre_tokens, pre_positions, pre_rows)
+        cache.check_batch(tokens.shape[0], None)
+        b, r = tokens.shape[0], pre_tokens.shape[0]
+        key_positions = cache.key_positions(positions)
+        all_positions = torch.cat((positions.reshape(-1), pre_positions.reshape(-1)))
+        x = self.embed(torch.cat((tokens.reshape(-1), pre_tokens.reshape(-1))))
+        group = self.cfg.n_heads // self.cfg.n_kv_heads
+        bias = attention_bias(positions, key_positions, group, x.dtype)
+        pre_bias = attention_bias(pre_positions, key_positions, group, x.dtype)
+        cos = self.rope_cos[all_positions][:, None, None].to(x.dtype)
+        sin = self.rope_sin[all_positions][:, None, None].to(x.dtype)
+        for i, block in enumerate(self.layers):
+            x = block_fn(block, x, cos, sin, bias, positions, pre_bias, pre_positions, pre_rows,
+                         cache.layer_kv(i))
+        last = torch.cat((x[:b], x[b:].reshape(r, -1, x.shape[-1])[:, -1]))
+        return head_fn(self.norm, self.lm_head, last[:, None])
+
+
+def _check_mixed(tokens, positions, pre_tokens, pre_positions, pre_rows) -> None:
+    if tokens.dim() != 2 or tokens.shape[1] != 1 or tokens.shape != positions.shape:
+        raise ValueError(f"decode tokens and positions must both be [B, 1]; got "
+                         f"{tuple(tokens.shape)} and {tuple(positions.shape)}")
+    if pre_tokens.dim() != 2 or pre_tokens.shape != pre_positions.shape:
+        raise ValueError(f"prefill tokens and positions must both be [R, T]; got "
+                         f"{tuple(pre_tokens.shape)} and {tuple(pre_positions.shape)}")
+    if pre_rows.shape != pre_tokens.shape[:1]:
+        raise ValueError(f"pre_rows must be [R]={pre_tokens.shape[0]}; got "
+                         f"{tuple(pre_rows.shape)}")
 
 
 def _check_inputs(tokens, positions, cache, rows) -> None:

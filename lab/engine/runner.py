@@ -64,6 +64,7 @@ class ModelRunner:
     def __init__(self, model, *, n_slots: int, max_len: int, kv_cache: str = "static",
                  decode_mode: str = "eager", buckets: tuple[int, ...] | None = None,
                  key_buckets: tuple[int, ...] | None = None, kv_dtype: str = "auto",
+                 mixed_prefill: int = 0,
                  logits_processor: LogitsProcessor | None = None) -> None:
         if kv_cache not in KV_MODES:
             raise ValueError(f"kv_cache={kv_cache!r}; choose one of {list(KV_MODES)}")
@@ -76,7 +77,8 @@ class ModelRunner:
         self.device = model.embed.weight.device
         self.kv = KV_MODES[kv_cache](model, n_slots=n_slots, max_len=max_len,
                                      decode_mode=decode_mode, buckets=buckets,
-                                     key_buckets=key_buckets, kv_dtype=kv_dtype)
+                                     key_buckets=key_buckets, kv_dtype=kv_dtype,
+                                     prefill_tokens=mixed_prefill)
         self.cache, self.decoder = self.kv.cache, self.kv.decoder
         self.seen = torch.zeros(n_slots, cfg.vocab_size, dtype=torch.bool, device=self.device)
         self.last_token = torch.zeros(n_slots, dtype=torch.long, device=self.device)
@@ -105,6 +107,20 @@ class ModelRunner:
             if chunk.start == 0:
                 self._reset_seen(chunk.request)
         return self.kv.prefill(chunks)
+
+    @property
+    def carried_prefill(self) -> int:
+        """The most prompt tokens a decode step can carry (0: prompts prefill on their own)."""
+        return self.kv.carried_prefill
+
+    @torch.inference_mode()
+    def decode_with_prefill(self, requests: list[Request], n_rows: int, chunk: PrefillChunk
+                            ) -> tuple[dict[Request, torch.Tensor], torch.Tensor]:
+        """`decode` and `prefill([chunk])` in one forward: (completed prompts' last-token
+        logits, the decode logits). Needs `carried_prefill` >= the chunk's length."""
+        if chunk.start == 0:
+            self._reset_seen(chunk.request)
+        return self.kv.decode_with_prefill(requests, n_rows, self.last_token, chunk)
 
     def _reset_seen(self, request: Request) -> None:
         row = self.seen[request.slot]

@@ -80,9 +80,13 @@ class Scheduler:
                 f"{self.config.max_len}")
         self.waiting.append(request)
 
-    def plan_prefill(self) -> list[PrefillChunk]:
-        """Admit what the policy allows, then cut this step's prompt chunks within budget."""
+    def plan_prefill(self, carry: int = 0) -> list[PrefillChunk]:
+        """Admit what the policy allows, then cut this step's prompt chunks within budget; or,
+        with `carry` > 0 (a decode step will carry the prompt), at most one chunk of at most
+        `carry` tokens."""
         self._admit()
+        if carry:
+            return [self._carried(self.prefilling[0], carry)] if self.prefilling else []
         chunks: list[PrefillChunk] = []
         longest = 0
         for request in self.prefilling:
@@ -93,6 +97,11 @@ class Scheduler:
             start = request.n_prefilled
             chunks.append(PrefillChunk(request, start, start + size))
         return chunks
+
+    @staticmethod
+    def _carried(request: Request, carry: int) -> PrefillChunk:
+        start = request.n_prefilled
+        return PrefillChunk(request, start, min(len(request.prompt_ids), start + carry))
 
     def _admit(self) -> None:
         if self.config.policy == "static":

@@ -59,15 +59,17 @@ ORPHEUS_FAMILY = Family(
                   "not speech")
 
 
-def _load_parts(cfg: PipelineConfig, device: torch.device):
+def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int):
     """(LM, its config, token layout, tokenizer, codec) for real or dummy weights.
 
     Real weights: `cfg.model` is a checkpoint directory or hub id ("default" is the Orpheus 3B
     fine-tune) holding the LM and its tokenizer; SNAC comes from its hub id. Dummy weights:
     `cfg.model` may name an LM shape (e.g. "tiny-llama"); vocabularies too small for Orpheus
-    get the compact token layout and a tiny codec.
+    get the compact token layout and a tiny codec. With `cuda_graphs` on a GPU the codec's
+    window decode is captured too, for batches of up to `n_slots` streams.
     """
     codec_compile = cfg.compile if device.type == "cuda" else "none"
+    graphs = {"cuda_graphs": cfg.cuda_graphs and device.type == "cuda", "max_batch": n_slots}
     if cfg.weights == "dummy":
         shape = "orpheus-3b" if cfg.model == "default" else cfg.model
         lm, lm_cfg = load_lm("dummy", shape=shape, dtype=cfg.dtype, device=device, seed=cfg.seed)
@@ -75,18 +77,20 @@ def _load_parts(cfg: PipelineConfig, device: torch.device):
         base = SNAC_24KHZ if layout == ORPHEUS else TINY_SNAC
         codec = SnacCodec(build_snac({**base, "codebook_size": layout.codebook_size},
                                      seed=cfg.seed),
-                          device=device, noise=False, compile_mode=codec_compile, is_dummy=True)
+                          device=device, noise=False, compile_mode=codec_compile, is_dummy=True,
+                          **graphs)
         return lm, lm_cfg, layout, ByteTokenizer(layout.bos), codec
     source = DEFAULT_MODEL if cfg.model == "default" else cfg.model
     lm, lm_cfg = load_lm(source, dtype=cfg.dtype, device=device)
-    codec = SnacCodec.from_source(HUB_ID, device=device, noise=False, compile_mode=codec_compile)
+    codec = SnacCodec.from_source(HUB_ID, device=device, noise=False, compile_mode=codec_compile,
+                                  **graphs)
     return lm, lm_cfg, ORPHEUS, load_tokenizer(source), codec
 
 
 def build_tts(cfg: PipelineConfig, device: torch.device, *, n_slots: int | None = None,
               max_len: int | None = None) -> tuple[TokenTTS, PrecisionReport]:
     """LM (cast and quantized by the shared plan), engine, codec and tokenizer for a config."""
-    lm, lm_cfg, layout, tokenizer, codec = _load_parts(cfg, device)
+    lm, lm_cfg, layout, tokenizer, codec = _load_parts(cfg, device, n_slots or cfg.batch_size)
     report = apply_knobs(lm, LM_PLAN, dtype=cfg.dtype, quant=cfg.quant, compile_mode="none",
                          device=device)
     room = max_len or cfg.sampling.max_tokens + PROMPT_ROOM
@@ -95,6 +99,7 @@ def build_tts(cfg: PipelineConfig, device: torch.device, *, n_slots: int | None 
                        logits_processor=AudioTokenConstraint(layout))
     tts = TokenTTS(engine, codec, OrpheusFormat(tokenizer, layout), window=stream_window(cfg),
                    sampling=sampling_params(cfg.sampling, seed=cfg.seed))
+    codec.capture(tts.decoder.window.frames)
     return tts, report
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from lab.quant.compile import EagerOnFailure, compile_note
+from lab.stream.codec_graphs import BATCHES, CodecGraphs
 from lab.stream.codec_stream import CodecError, StreamWindow
 
 SNAC_24KHZ = {
@@ -83,12 +84,19 @@ def fold_weight_norm(model: nn.Module) -> None:
             parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
 
 
-def levels_from_frames(frames: torch.Tensor) -> list[torch.Tensor]:
-    """[B, F, 7] frames -> SNAC's three code levels [B, F], [B, 2F], [B, 4F]."""
+def levels_from_frames(frames: torch.Tensor, columns: list[torch.Tensor] | None = None
+                       ) -> list[torch.Tensor]:
+    """[B, F, 7] frames -> SNAC's three code levels [B, F], [B, 2F], [B, 4F].
+
+    `columns` are `LEVEL_COLUMNS` as index tensors on the frames' device; pass them where the
+    call is captured in a CUDA graph, which cannot copy fresh indices from the host.
+    """
     if frames.dim() != 3 or frames.shape[-1] != FRAME_CODES:
         raise CodecError(f"frames must be [B, F, {FRAME_CODES}]; got {tuple(frames.shape)}")
+    if columns is None:
+        columns = [torch.tensor(cols, device=frames.device) for cols in LEVEL_COLUMNS]
     b = frames.shape[0]
-    return [frames[..., list(cols)].reshape(b, -1) for cols in LEVEL_COLUMNS]
+    return [frames.index_select(2, cols).reshape(b, -1) for cols in columns]
 
 
 class SnacCodec:
@@ -96,7 +104,8 @@ class SnacCodec:
 
     def __init__(self, model: nn.Module, *, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, noise: bool = True,
-                 compile_mode: str = "none", is_dummy: bool = False) -> None:
+                 compile_mode: str = "none", is_dummy: bool = False,
+                 cuda_graphs: bool = False, max_batch: int = BATCHES[-1]) -> None:
         if not noise:
             strip_noise(model)
         fold_weight_norm(model)
@@ -114,6 +123,21 @@ class SnacCodec:
         self.compile_mode = compile_mode
         if note := compile_note(compile_mode, "the SNAC codec"):
             self.fallbacks.append(note)
+        self._columns = [torch.tensor(cols, device=self.device) for cols in LEVEL_COLUMNS]
+        self.graphs: CodecGraphs | None = None
+        if cuda_graphs and self.device.type == "cuda":
+            self.graphs = CodecGraphs(self._decode_codes, FRAME_CODES, self.device, max_batch)
+        elif cuda_graphs:
+            self.fallbacks.append(f"SNAC CUDA graphs need a CUDA device; the codec is on "
+                                  f"{self.device.type} and decodes uncaptured")
+
+    def capture(self, max_frames: int) -> None:
+        """Capture the decode of 1 to `max_frames` frames at every batch bucket now (when CUDA
+        graphs are on), so no stream pays for a capture; a failure lands in `fallbacks`."""
+        if self.graphs is not None:
+            self.graphs.capture(range(1, max_frames + 1))
+            if self.graphs.failure and self.graphs.failure not in self.fallbacks:
+                self.fallbacks.append(self.graphs.failure)
 
     @classmethod
     def from_source(cls, source: str, **kwargs) -> SnacCodec:
@@ -139,9 +163,15 @@ class SnacCodec:
                                  f"{int(frames.min())}..{int(frames.max())}")
             if self.device.type == "cuda":
                 frames = frames.to(torch.long).pin_memory()
-        levels = levels_from_frames(frames.to(self.device, torch.long, non_blocking=True))
-        audio = self._decode(levels)
-        return audio[:, 0].float()
+        frames = frames.to(self.device, torch.long, non_blocking=True)
+        if frames.dim() != 3 or frames.shape[-1] != FRAME_CODES:
+            raise CodecError(f"frames must be [B, F, {FRAME_CODES}]; got {tuple(frames.shape)}")
+        return self._decode_codes(frames) if self.graphs is None else self.graphs(frames)
+
+    def _decode_codes(self, frames: torch.Tensor) -> torch.Tensor:
+        """The device side of `decode`, what a CUDA graph captures: no host tensors, no syncs
+        (the level columns are gathered by indices already on the device)."""
+        return self._decode(levels_from_frames(frames, self._columns))[:, 0].float()
 
 
 # The reference Orpheus decoder's choice: a 4-frame window whose second frame is kept.

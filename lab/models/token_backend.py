@@ -16,6 +16,7 @@ import torch
 
 from lab.config import PipelineConfig, SamplingConfig
 from lab.engine.engine import EngineConfig
+from lab.engine.heap import freeze_survivors
 from lab.engine.request import SamplingParams
 from lab.engine.scheduler import POLICIES
 from lab.metrics.timers import RequestMeter
@@ -111,13 +112,15 @@ class TokenBackend:
     def warm_up(self, texts: tuple[str, ...]) -> None:
         """Capture or compile every decode bucket, then run a few tokens of one request per
         text through the engine and the codec, so set-up (and any failure of it) happens at
-        load rather than in the first request."""
+        load rather than in the first request. What is alive then lives as long as the backend,
+        so it is frozen out of later garbage collections (see `heap`)."""
         self.tts.engine.runner.warmup()
         units = [self.prepare(text)[0][0] for text in texts]
         params = [dataclasses.replace(self._sampling(u, 0), max_tokens=self.warmup_tokens)
                   for u in units]
         self.tts.synthesize(units, self.config.voice, params)
         self.tts.notes.clear()  # the warm-up stops short on purpose
+        freeze_survivors()
 
     def synthesize(self, units: list, seeds: list[int],
                    meter: RequestMeter) -> list[np.ndarray]:

@@ -1,9 +1,10 @@
-"""Quality meters: MOS proxy, intelligibility and fidelity, and the verdict on an optimisation."""
+"""Quality meters: MOS proxies, intelligibility and fidelity, and the verdict on an optimisation."""
 
 from lab.quality.asr import transcribe
 from lab.quality.audio import AudioError
+from lab.quality.distill_mos import distill_mos
 from lab.quality.fidelity import Fidelity, fidelity, mel_cepstral_distortion
-from lab.quality.mos import MosScores, dnsmos
+from lab.quality.mos import MosScores, mos_scores
 from lab.quality.paired import Judgement
 from lab.quality.report import (
     Check,
@@ -32,13 +33,14 @@ __all__ = [
     "Worst",
     "cer",
     "compare",
-    "dnsmos",
+    "distill_mos",
     "evaluate",
     "fidelity",
     "mean_scores",
     "mel_cepstral_distortion",
     "mos_fields",
     "mos_label",
+    "mos_scores",
     "normalize_text",
     "transcribe",
     "wer",

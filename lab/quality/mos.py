@@ -1,4 +1,9 @@
-"""MOS proxy: DNSMOS P.835 (signal, background, overall) and P.808, from the models in `speechmos`.
+"""MOS proxies: DNSMOS P.835 (signal, background, overall) and P.808, and Distill-MOS.
+
+`mos_scores` runs both families on a clip and is what every `MosScores` comes from. DNSMOS was
+trained to judge noise suppression and barely moves between renderings of one voice, so
+Distill-MOS (`lab.quality.distill_mos`), trained on listening-test ratings of speech quality,
+stands beside it: when one proxy moves and the other does not, that says what changed.
 
 Listening tests are the ground truth for naturalness but cannot run after every change, so the
 lab uses Microsoft's DNSMOS networks as a stand-in: they predict the 1..5 opinion scores that
@@ -22,6 +27,7 @@ import onnxruntime as ort
 
 from lab.mel import mel_filterbank
 from lab.quality.audio import METER_RATE, power_spectrogram, prepare
+from lab.quality.distill_mos import distill_mos
 
 WINDOW_SECONDS = 9.01
 WINDOW = int(WINDOW_SECONDS * METER_RATE)
@@ -41,13 +47,15 @@ class MosScores:
     """Predicted mean opinion scores on the 1..5 scale; higher is better.
 
     `sig` rates the speech itself, `bak` the background (noise, hum), `ovrl` the whole clip;
-    `p808` comes from the separate single-score P.808 model.
+    `p808` comes from the separate single-score P.808 model; `distill` is Distill-MOS, the
+    second, independent proxy.
     """
 
     sig: float
     bak: float
     ovrl: float
     p808: float
+    distill: float
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -80,8 +88,9 @@ def _sessions() -> _Sessions:
     )
 
 
-def dnsmos(audio: object, sample_rate: int) -> MosScores:
-    """Score one clip of speech at any sample rate (resampled to 16 kHz first)."""
+def mos_scores(audio: object, sample_rate: int) -> MosScores:
+    """Score one clip of speech at any sample rate (resampled to 16 kHz once) with DNSMOS and
+    Distill-MOS."""
     samples = prepare(audio, sample_rate)
     sessions = _sessions()
     windows = _windows(samples)
@@ -92,7 +101,9 @@ def dnsmos(audio: object, sample_rate: int) -> MosScores:
         bak=float(np.mean(_BAK_FIT(p835[:, 1]))),
         ovrl=float(np.mean(_OVRL_FIT(p835[:, 2]))),
         p808=float(np.mean(p808)),
+        distill=distill_mos(samples, METER_RATE),
     )
+
 
 
 def _windows(samples: np.ndarray) -> list[np.ndarray]:

@@ -23,7 +23,7 @@ from lab.quality import paired
 from lab.quality.asr import transcribe
 from lab.quality.audio import METER_RATE, prepare
 from lab.quality.fidelity import Fidelity, fidelity
-from lab.quality.mos import MosScores, dnsmos
+from lab.quality.mos import MosScores, mos_scores
 from lab.quality.text_compare import Normalizer, TextCompareError, cer, normalize_text, wer
 from lab.quality.worst import Worst, worst_sentences
 
@@ -203,7 +203,7 @@ def evaluate(
         ref = prepare(reference, reference_rate or sample_rate, name="reference")
     transcript = transcribe(samples, METER_RATE)
     return QualityScores(
-        mos=dnsmos(samples, METER_RATE),
+        mos=mos_scores(samples, METER_RATE),
         wer=wer(text, transcript, normalizer),
         cer=cer(text, transcript, normalizer),
         transcript=transcript,

@@ -2,7 +2,7 @@
 
 Both sides render the same text with the same seed. The listener hears them as X and Y in a
 random order and votes before learning which is which; the vote goes to the SQLite store
-first, and only then are the labels, the MOS proxy, WER and fidelity revealed. Config A is
+first, and only then are the labels, the MOS proxies, WER and fidelity revealed. Config A is
 the baseline: B passes when its quality is within the lab's tolerance of A's.
 
 As in the arenas, a vote counts only once both clips were heard: each player's play event is
@@ -10,6 +10,10 @@ recorded in the session's state on the server, the vote buttons open when both s
 played, and the vote itself is refused before that, whatever the browser sends. A config's
 label is its own (never shaped by its opponent) and the baseline stays the baseline, so one
 pair is one row of the win table; the pair's running count sits beside the vote buttons.
+
+Pairs add up: once the votes cover three or more configurations, they are ranked together
+(Bradley-Terry on the Elo scale, `lab.listening.ranking`) with bootstrap intervals, and each
+pair of neighbours says how many more head-to-head votes would separate it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,16 @@ import numpy as np
 
 from lab.bench.runner import config_label
 from lab.config import LIMITS, PipelineConfig
-from lab.listening import BlindTrial, Contender, VoteError, new_session_id, new_trial, unheard
+from lab.listening import (
+    BlindTrial,
+    Contender,
+    VoteError,
+    matches_from_votes,
+    new_session_id,
+    new_trial,
+    rank,
+    unheard,
+)
 from lab.quality import compare, evaluate
 from lab.ui import charts, tables
 from lab.ui.common import EXAMPLE_TEXT, PLAIN, PROGRESS, pcm16, resolve_config, verdict_span
@@ -50,7 +63,20 @@ WIN_COLUMNS = {
     "p_value": Column("p (sign test vs 50%)"),
     "votes_to_settle": Column("More votes to settle"),
 }
-MOS_KEYS = ("ovrl", "sig", "bak", "p808")
+RANK_COLUMNS = {
+    "rank": Column("Rank"),
+    "config": Column("Config"),
+    "elo": Column("Elo"),
+    "elo_low": Column("95% CI low"),
+    "elo_high": Column("95% CI high"),
+    "votes": Column("Votes"),
+    "wins": Column("Wins"),
+    "ties": Column("Same"),
+    "losses": Column("Losses"),
+    "score": Column("Score (ties half)", PERCENT),
+}
+MIN_RANKED = 3
+MOS_KEYS = ("ovrl", "sig", "bak", "p808", "distill")
 DEFAULT_SEED = PipelineConfig().seed
 CANCELLED = "Cancelled; render a new pair to vote."
 
@@ -131,11 +157,11 @@ def render(ctx: LabContext, text: str, seed: float, session: str | None,
 def reveal_quality(state: Rendered, progress: gr.Progress) -> tuple[str, object]:
     """Score both takes: B against A as reference, then B's verdict against A.
 
-    Scoring runs the MOS proxy and ASR on each take (and loads them the first time), so it
+    Scoring runs the MOS proxies and ASR on each take (and loads them the first time), so it
     reports its two steps; any tqdm bar inside, such as a model download, nests under them.
     """
     trial = state.trial
-    progress((0, 2), desc="scoring A (MOS proxy, ASR)", unit="take")
+    progress((0, 2), desc="scoring A (MOS proxies, ASR)", unit="take")
     base = evaluate(state.audio_a, state.sample_rate, trial.text)
     progress((1, 2), desc="scoring B against A", unit="take")
     cand = evaluate(state.audio_b, state.sample_rate, trial.text, reference=state.audio_a)
@@ -151,6 +177,25 @@ def reveal_quality(state: Rendered, progress: gr.Progress) -> tuple[str, object]
 def win_table(ctx: LabContext) -> tuple[object, object]:
     rows = [r.to_row() for r in ctx.votes.win_rates()]
     return tables.readable(rows, WIN_COLUMNS), charts.win_rates(rows)
+
+
+def ranking_view(ctx: LabContext) -> tuple[object, object, str]:
+    """The ranking table, its chart and, in words, what separates each pair of neighbours;
+    before votes cover MIN_RANKED configurations, an empty table and what is missing."""
+    votes = ctx.votes.votes()
+    matches = matches_from_votes(votes)
+    configs = {name for m in matches for name in (m.a, m.b)}
+    if len(configs) < MIN_RANKED:
+        note = (f"Rankings appear once votes cover {MIN_RANKED} or more configurations; so far "
+                f"{len(configs)}. Vote on another pair (change config B) to add one.")
+        return tables.readable([], RANK_COLUMNS), charts.ranking([], note), note
+    ranking = rank(matches)
+    rows = ranking.to_rows()
+    lines = [f"{ranking.votes} votes over {len(rows)} configurations; intervals from "
+             f"{ranking.resamples} resamples of the votes (seed {ranking.seed}). "
+             "Neighbours in the ranking:"]
+    lines += [f"- {gap.advice()}" for gap in ranking.gaps]
+    return tables.readable(rows, RANK_COLUMNS), charts.ranking(rows), "\n".join(lines)
 
 
 def _count(rate: WinRate) -> str:
@@ -208,6 +253,9 @@ class AbWidgets:
     status: gr.Markdown
     tally: gr.Markdown
     buttons: list
+    rank_table: gr.Dataframe
+    rank_chart: gr.Plot
+    rank_notes: gr.Markdown
 
 
 def mark_heard(ctx: LabContext, w: AbWidgets, side: str, state: Rendered | None) -> dict:
@@ -243,12 +291,16 @@ def cast_vote(ctx: LabContext, w: AbWidgets, choice: str, state: Rendered | None
     state.voted = True
     labels = state.trial.reveal()
     table, chart = win_table(ctx)
+    rank_table, rank_chart, rank_notes = ranking_view(ctx)
     out = {
         w.state: state,
         w.status: f"Vote #{stored.id} saved ({choice}).",
         w.tally: tally_text(ctx, state),
         w.table: table,
         w.win_chart: chart,
+        w.rank_table: rank_table,
+        w.rank_chart: rank_chart,
+        w.rank_notes: rank_notes,
         w.reveal: f"**X** was `{labels['X']}` · **Y** was `{labels['Y']}` · you chose "
                   f"**{ {'x': 'X', 'y': 'Y', 'same': 'same'}[choice] }**",
         **{b: gr.Button(interactive=False) for b in w.buttons},
@@ -311,16 +363,22 @@ def build(ctx: LabContext, demo: gr.Blocks) -> None:
         with gr.Column(scale=3):
             reveal = gr.Markdown(elem_id="ab-reveal")
         with gr.Column(scale=2):
-            quality_chart = gr.Plot(label="MOS proxy", elem_id="ab-quality-chart")
+            quality_chart = gr.Plot(label="MOS proxies", elem_id="ab-quality-chart")
     gr.Markdown("### Win rates across all sessions")
     table = gr.Dataframe(headers=tables.headers(list(WIN_COLUMNS), WIN_COLUMNS),
                          interactive=False, elem_id="ab-win-table")
     win_chart = gr.Plot(elem_id="ab-win-chart")
+    gr.Markdown("### Ranking across configurations")
+    rank_table = gr.Dataframe(headers=tables.headers(list(RANK_COLUMNS), RANK_COLUMNS),
+                              interactive=False, elem_id="ab-rank-table")
+    rank_notes = gr.Markdown(elem_id="ab-rank-notes")
+    rank_chart = gr.Plot(elem_id="ab-rank-chart")
     with gr.Row():
         export = gr.Button("Export votes as CSV", elem_id="ab-export")
         export_file = gr.File(label="votes.csv", visible=False, elem_id="ab-export-file")
     state, session = gr.State(None), gr.State(None)
-    w = AbWidgets(state, reveal, quality_chart, table, win_chart, status, tally, buttons)
+    w = AbWidgets(state, reveal, quality_chart, table, win_chart, status, tally, buttons,
+                  rank_table, rank_chart, rank_notes)
 
     def on_render(data: dict, request: gr.Request, progress=PROGRESS):
         """Clear the last pair at once (its vote buttons close with it), then render."""
@@ -363,8 +421,10 @@ def build(ctx: LabContext, demo: gr.Blocks) -> None:
     for player, side in ((audio_x, "x"), (audio_y, "y")):
         player.play(_listener(ctx, w, side), state, heard_outputs, show_progress="hidden",
                     concurrency_limit=None)
-    outputs = [state, reveal, quality_chart, table, win_chart, status, tally, *buttons]
+    outputs = [state, reveal, quality_chart, table, win_chart, status, tally, *buttons,
+               rank_table, rank_chart, rank_notes]
     for button, choice in zip(buttons, ("x", "same", "y"), strict=True):
         button.click(_voter(ctx, w, choice), state, outputs)
     export.click(lambda: gr.File(export_votes(ctx), visible=True), None, export_file)
-    demo.load(lambda: (*win_table(ctx), tally_text(ctx, None)), None, [table, win_chart, tally])
+    demo.load(lambda: (*win_table(ctx), tally_text(ctx, None), *ranking_view(ctx)), None,
+              [table, win_chart, tally, rank_table, rank_chart, rank_notes])

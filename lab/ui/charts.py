@@ -1,5 +1,5 @@
-"""Plotly figures for the app: stage timings, decode steps, sweeps, win rates, live telemetry,
-profiles.
+"""Plotly figures for the app: stage timings, decode steps, sweeps, win rates and rankings, live
+telemetry, profiles.
 
 Figures are built from plain rows and dicts so that the notebooks can draw the same charts
 from the same lab results, and a chart never needs a model loaded to be rendered.
@@ -219,7 +219,9 @@ def sweep_figures(axis: str, rows: Sequence[dict]) -> list[go.Figure]:
 
 
 def win_rates(rows: Sequence[dict]) -> go.Figure:
-    """Stacked bars per config pair: share won by the baseline, ties, and the candidate."""
+    """Stacked bars per config pair: share won by the baseline, ties, and the candidate; over
+    them, the candidate's preference (ties half) with its 95% Wilson interval. An interval
+    that crosses the 50% line is no preference yet."""
     title = "Blind A/B win rates"
     if not rows:
         return empty(title, "no votes yet")
@@ -230,8 +232,41 @@ def win_rates(rows: Sequence[dict]) -> go.Figure:
                              ("candidate_win_rate", "candidate wins", "#f58518")):
         fig.add_trace(go.Bar(y=pairs, x=[r[key] for r in rows], name=name, orientation="h",
                              marker_color=color))
+    if all("preference_low" in r for r in rows):
+        prefs = [r["candidate_preference"] for r in rows]
+        above = [r["preference_high"] - r["candidate_preference"] for r in rows]
+        below = [r["candidate_preference"] - r["preference_low"] for r in rows]
+        fig.add_trace(go.Scatter(
+            y=pairs, x=prefs, mode="markers", name="candidate preference, 95% CI",
+            marker=dict(color="black", size=9, symbol="diamond"),
+            error_x=dict(type="data", symmetric=False, array=above, arrayminus=below,
+                         color="black", thickness=2)))
+        fig.add_vline(x=0.5, line_dash="dot", line_color="#444")
     return _layout(fig, title, barmode="stack", legend_traceorder="normal",
                    xaxis=dict(range=[0, 1], title="share of votes", tickformat=".0%"))
+
+
+def ranking(rows: Sequence[dict], advice: str | None = None) -> go.Figure:
+    """Configurations best first on the Elo scale, each with its bootstrap interval; the dotted
+    line is the average configuration. Intervals that overlap are not separated yet."""
+    title = "Ranking across configurations (Bradley-Terry, Elo scale, 95% bootstrap interval)"
+    if len(rows) < 3:
+        return empty(title, advice or "ranks need votes on three or more configurations")
+    rows = sorted(rows, key=lambda r: r["rank"], reverse=True)  # plotly draws bottom-up
+    names = [f"{r['rank']}. {r['config']} (n={r['votes']})" for r in rows]
+    fig = go.Figure(go.Scatter(
+        x=[r["elo"] for r in rows], y=names, mode="markers", name="Elo",
+        text=[f"{r['elo']} ({r['elo_low']}-{r['elo_high']})" for r in rows],
+        hovertemplate="%{y}: %{text}<extra></extra>",
+        marker=dict(color="#4c78a8", size=11),
+        error_x=dict(type="data", symmetric=False, thickness=3, color="#4c78a8",
+                     array=[r["elo_high"] - r["elo"] for r in rows],
+                     arrayminus=[r["elo"] - r["elo_low"] for r in rows]),
+    ))
+    fig.add_vline(x=1000, line_dash="dot", line_color="#888")
+    return _layout(fig, title, showlegend=False, title_font_size=14,
+                   height=max(HEIGHT, 80 + 45 * len(rows)),
+                   xaxis_title="Elo (+100 = wins about 64% against the other)")
 
 
 def quality_pair(scores: dict[str, dict[str, float | None]]) -> go.Figure:
@@ -240,7 +275,8 @@ def quality_pair(scores: dict[str, dict[str, float | None]]) -> go.Figure:
     for label, values in scores.items():
         keys = [k for k, v in values.items() if v is not None]
         fig.add_trace(go.Bar(x=keys, y=[values[k] for k in keys], name=label))
-    return _layout(fig, "MOS proxy (DNSMOS, 1-5)", barmode="group", yaxis=dict(range=[1, 5]))
+    return _layout(fig, "MOS proxies (DNSMOS, Distill-MOS; 1-5)", barmode="group",
+                   yaxis=dict(range=[1, 5]))
 
 
 def _times(stamps: Sequence[float]) -> list[dt.datetime]:

@@ -57,7 +57,7 @@ def test_padded_rows_write_only_scratch_and_the_step_matches_the_whole_cache(lm)
     positions = torch.tensor([[3], [6]])
     before_k, before_v = cache.k.clone(), cache.v.clone()
     out = dec(tokens, positions, n_keys=7)
-    assert dec.prepared == [(4, 8)]
+    assert dec.prepared == [(4, 8, 0)]
     torch.testing.assert_close(out, lm(tokens, positions, ref))
     allowed = torch.zeros(4, 32, dtype=torch.bool)
     allowed[0, 3] = allowed[1, 6] = True
@@ -78,7 +78,7 @@ def test_compiled_key_buckets_share_one_block_and_raise_the_recompile_limit(lm):
     assert limit >= 4 * 1 * 4 + 16
     torch._dynamo.utils.counters.clear()
     dec.capture()
-    assert dec.prepared == [(2, 8), (2, 16), (2, 32), (2, 64)]
+    assert dec.prepared == [(2, 8, 0), (2, 16, 0), (2, 32, 0), (2, 64, 0)]
     assert dec.mode == "default"
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 3  # block <64, =64, head
 
@@ -117,7 +117,7 @@ def test_key_buckets_give_the_tokens_and_cache_of_the_whole_cache_path(lm):
     assert bucketed == whole == eager
     decoder = engine.runner.decoder
     assert decoder.mode == "default"
-    assert decoder.prepared == [(3, 8), (3, 16), (3, 32), (3, 64)]  # 30-token prompt: to 37
+    assert decoder.prepared == [(3, 8, 0), (3, 16, 0), (3, 32, 0), (3, 64, 0)]  # prompt: to 37
     for got, want in ((engine.runner.cache.k, reference.runner.cache.k),
                       (engine.runner.cache.v, reference.runner.cache.v)):
         torch.testing.assert_close(got[..., :-1, :], want[..., :-1, :], rtol=1e-4, atol=1e-4)

@@ -28,6 +28,18 @@ class Rendering:
     sample_rate: int
 
 
+def buzz(seconds: float = 3.0) -> np.ndarray:
+    """A voiced-like glide at 16 kHz with a slow envelope and a little noise: deterministic and
+    speech-free, for meters that must score the same signal the same way."""
+    t = np.arange(int(seconds * 16000)) / 16000
+    f0 = 120 + 20 * np.sin(2 * np.pi * 3 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / 16000
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 30))
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 2 * t) ** 2
+    noise = np.random.default_rng(0).normal(0, 0.01, t.size)
+    return (0.1 * voiced * envelope + noise).astype(np.float32)
+
+
 def add_noise(audio: np.ndarray, snr_db: float, seed: int = 0) -> np.ndarray:
     """White noise at `snr_db` relative to the whole clip's power, clipped back into [-1, 1]."""
     power = float(np.mean(audio.astype(np.float64) ** 2))

@@ -1,30 +1,22 @@
-"""DNSMOS as a MOS proxy: agreement with the reference procedure and sensitivity to noise."""
+"""The MOS proxies (DNSMOS and Distill-MOS): agreement with the reference procedure and
+sensitivity to noise."""
 
 import numpy as np
 import pytest
 from scipy.signal import resample_poly
 
-from lab.quality import AudioError, MosScores, dnsmos
-
-
-def _buzz():
-    """A deterministic voiced-like signal: a gliding harmonic tone with a slow envelope."""
-    t = np.arange(3 * 16000) / 16000
-    f0 = 120 + 20 * np.sin(2 * np.pi * 3 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / 16000
-    voiced = sum(np.sin(k * phase) / k for k in range(1, 30))
-    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 2 * t) ** 2
-    noise = np.random.default_rng(0).normal(0, 0.01, t.size)
-    return (0.1 * voiced * envelope + noise).astype(np.float32)
+from lab.quality import AudioError, MosScores, distill_mos, mos_scores
+from tests.quality.conftest import buzz
 
 
 def test_scores_match_the_reference_dnsmos_procedure():
     """Values from speechmos.dnsmos.run with librosa features on the same signal."""
-    scores = dnsmos(_buzz(), 16000)
+    scores = mos_scores(buzz(), 16000)
     assert scores.sig == pytest.approx(1.8049736561857532, abs=2e-3)
     assert scores.bak == pytest.approx(1.624398574356503, abs=2e-3)
     assert scores.ovrl == pytest.approx(1.4794810683336206, abs=2e-3)
     assert scores.p808 == pytest.approx(2.195067882537842, abs=2e-3)
+    assert scores.distill == distill_mos(buzz(), 16000)
 
 
 def test_clean_speech_outscores_speech_in_noise(clean_scores, noisy_scores):
@@ -36,17 +28,19 @@ def test_clean_speech_outscores_speech_in_noise(clean_scores, noisy_scores):
     assert clean.ovrl > noisy.ovrl + 1.0
     assert clean.bak > noisy.bak + 1.5
     assert clean.p808 > noisy.p808
+    assert clean.distill > noisy.distill + 1.0
 
 
 def test_sample_rate_of_the_input_does_not_change_the_verdict(speech, clean_scores):
     """The same rendering at 44.1 kHz scores like it does at the voice's 22.05 kHz."""
     upsampled = resample_poly(speech.audio, 2, 1).astype(np.float32)
     assert speech.sample_rate * 2 == 44100
-    scores = dnsmos(upsampled, 44100)
+    scores = mos_scores(upsampled, 44100)
     assert scores.ovrl == pytest.approx(clean_scores[0].mos.ovrl, abs=0.05)
     assert scores.sig == pytest.approx(clean_scores[0].mos.sig, abs=0.05)
+    assert scores.distill == pytest.approx(clean_scores[0].mos.distill, abs=0.05)
 
 
 def test_silence_is_refused():
     with pytest.raises(AudioError, match="silent"):
-        dnsmos(np.zeros(22050, np.float32), 22050)
+        mos_scores(np.zeros(22050, np.float32), 22050)

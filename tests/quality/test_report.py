@@ -19,7 +19,8 @@ from lab.quality import (
 
 
 def _scores(ovrl=3.0, wer=0.1, fidelity=None):
-    return QualityScores(MosScores(3.2, 4.0, ovrl, 3.5), wer, wer / 2, "heard", fidelity, "said")
+    mos = MosScores(3.2, 4.0, ovrl, 3.5, 3.8)
+    return QualityScores(mos, wer, wer / 2, "heard", fidelity, "said")
 
 
 def test_evaluate_fills_every_meter(clean_scores, noisy_scores):
@@ -91,7 +92,7 @@ def test_tolerances_can_be_tightened():
 def test_every_mos_field_is_judged():
     """A proxy added to MosScores is judged without touching the verdict code."""
     base = [_scores(ovrl=3.0) for _ in range(4)]
-    cand = [QualityScores(MosScores(2.0, 4.0, 3.0, 3.5), 0.1, 0.05, "heard", None, "said")
+    cand = [QualityScores(MosScores(2.0, 4.0, 3.0, 3.5, 3.8), 0.1, 0.05, "heard", None, "said")
             for _ in range(4)]
     report = compare(cand, base)
     assert report.check("sig").outcome == "fail" and report.check("bak").outcome == "pass"
@@ -118,7 +119,7 @@ def test_mismatched_or_empty_sentence_lists_are_refused():
         compare([], _scores())
     with pytest.raises(TypeError, match="candidate must be QualityScores"):
         compare("scores", _scores())
-    other = QualityScores(MosScores(3.2, 4.0, 3.0, 3.5), 0.1, 0.05, "heard", None, "other")
+    other = QualityScores(MosScores(3.2, 4.0, 3.0, 3.5, 3.8), 0.1, 0.05, "heard", None, "other")
     with pytest.raises(ValueError, match="sentence 1 differs"):
         compare([_scores(), _scores()], [_scores(), other])
 

@@ -1,5 +1,6 @@
 """The A/B tab in headless Chromium: no vote before both clips are heard, the pair's count
-beside the buttons, the baseline kept as the baseline, and a render that can be cancelled.
+beside the buttons, the baseline kept as the baseline, a render that can be cancelled, and
+a ranking with intervals once votes cover three configurations.
 
 The app runs as a subprocess exactly as a user starts it (see browser.py).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 from browser import open_tab, wait_text
 from playwright.sync_api import Page
 
-from lab.listening import VoteStore
+from lab.listening import Vote, VoteStore
 
 VOTES = ("#ab-vote-x", "#ab-vote-same", "#ab-vote-y")
 
@@ -113,3 +114,31 @@ def test_the_win_table_keeps_its_headers_on_one_line_in_a_narrow_window(app, bro
             " return w.scrollWidth > w.clientWidth; }"), "a narrow table should scroll sideways"
     finally:
         narrow.close()
+
+
+def test_votes_over_three_configs_show_a_ranking_with_intervals(app, page):
+    """Runs last: it adds votes the tests above do not expect."""
+    open_tab(page, app.url, "A/B")
+    assert "so far" in wait_text(page, "#ab-rank-notes", "so far")
+    store = VoteStore(app.data_dir)
+    for x, y, choice, times in (("fp32", "bf16", "x", 3), ("bf16", "int8", "x", 4),
+                                ("int8", "bf16", "same", 2)):
+        for _ in range(times):
+            store.record(Vote(session="seeded", text="Hi.", seed=0, config_x=x, config_y=y,
+                              choice=choice, baseline=x))
+
+    page.reload()
+    open_tab(page, app.url, "A/B")
+    notes = wait_text(page, "#ab-rank-notes", "configurations; intervals")
+    assert "1000 resamples" in notes and "head-to-head" in notes
+    headers = [h.strip() for h in page.locator("#ab-rank-table th").all_inner_texts()]
+    assert headers[:5] == ["Rank", "Config", "Elo", "95% CI low", "95% CI high"]
+    cells = body_cells(page, "#ab-rank-table")
+    rows = [cells[i:i + len(headers)] for i in range(0, len(cells), len(headers))]
+    ranked = [row[1] for row in rows]
+    assert [c for c in ranked if c in ("fp32", "bf16", "int8")] == ["fp32", "bf16", "int8"]
+    for row in rows:
+        low, elo, high = (float(v) for v in (row[3], row[2], row[4]))
+        assert low <= elo <= high
+    page.wait_for_selector("#ab-rank-chart .js-plotly-plot", timeout=30_000)
+    assert "Ranking across configurations" in page.inner_text("#ab-rank-chart")

@@ -1,6 +1,7 @@
 """The A/B tab's rules, driven through its handlers on the real voice: labels that belong to
 their config, a vote refused until both clips were played, counts beside the buttons, one
-row per pair, and a render that stops when cancelled."""
+row per pair, a ranking once three configs have votes, and a render that stops when
+cancelled."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import gradio as gr
 import pytest
 
 from lab.config import PipelineConfig
+from lab.listening import Vote
 from lab.pipeline import Pipeline
 from lab.ui import ab_tab
 from lab.ui.ab_tab import AbWidgets, RenderCancelled, label_of
@@ -34,7 +36,8 @@ def ctx(tmp_path, voice_pipeline):
 def widgets() -> AbWidgets:
     with gr.Blocks():
         return AbWidgets(gr.State(), gr.Markdown(), gr.Plot(), gr.Dataframe(), gr.Plot(),
-                         gr.Markdown(), gr.Markdown(), [gr.Button() for _ in range(3)])
+                         gr.Markdown(), gr.Markdown(), [gr.Button() for _ in range(3)],
+                         gr.Dataframe(), gr.Plot(), gr.Markdown())
 
 
 @pytest.fixture
@@ -104,6 +107,41 @@ def test_counts_sit_beside_the_buttons_and_a_pair_is_one_row(ctx, widgets, no_sc
     assert list(table.columns)[:2] == ["Baseline", "Candidate"] and len(table) == 1
     shown = out[w.table].to_html()
     assert "%" in shown and "_" not in "".join(table.columns)
+    *bars, preference = out[w.win_chart].data
+    assert len(bars) == 3 and preference.x[0] == pytest.approx(rate.preference, abs=1e-3)
+    low, high = rate.interval
+    assert preference.error_x.arrayminus[0] == pytest.approx(rate.preference - low, abs=1e-3)
+    assert preference.error_x.array[0] == pytest.approx(high - rate.preference, abs=1e-3)
+
+
+def _record(ctx, x: str, y: str, choice: str, times: int = 1) -> None:
+    for _ in range(times):
+        ctx.votes.record(Vote(session="s", text="Hi.", seed=0, config_x=x, config_y=y,
+                              choice=choice, baseline=x))
+
+
+def test_the_ranking_waits_for_three_configs_then_shows_intervals(ctx):
+    _record(ctx, "fp32", "bf16", "x", 3)
+    table, chart, notes = ab_tab.ranking_view(ctx)
+    assert table.data.empty and "3 or more configurations; so far 2" in notes
+    assert "so far 2" in chart.layout.annotations[0].text
+
+    _record(ctx, "bf16", "int8", "x", 4)
+    _record(ctx, "int8", "bf16", "same", 2)
+    table, chart, notes = ab_tab.ranking_view(ctx)
+    frame = table.data
+    assert list(frame["Config"]) == ["fp32", "bf16", "int8"] and list(frame["Rank"]) == [1, 2, 3]
+    assert (frame["95% CI low"] <= frame["Elo"]).all()
+    assert (frame["Elo"] <= frame["95% CI high"]).all()
+    assert "9 votes over 3 configurations" in notes and "1000 resamples" in notes
+    assert "`fp32` over `bf16`: not separated; 3 head-to-head votes" in notes
+    assert "`bf16` over `int8`" in notes and "more votes at this split would" in notes
+    (trace,) = chart.data
+    assert list(trace.error_x.array) and list(trace.y)[-1].startswith("1. fp32")
+
+    _record(ctx, "int8", "int4", "y", 2)
+    notes = ab_tab.ranking_view(ctx)[2]
+    assert "no head-to-head votes" in notes, "neighbours that never met are told so"
 
 
 class CancelAfterChecks(threading.Event):

@@ -122,7 +122,7 @@ def test_ab_render_and_scoring_report_progress(ctx, tracker, monkeypatch):
     monkeypatch.setattr(ab_tab, "compare", lambda cand, base: report)
     md, _ = ab_tab.reveal_quality(state, progress)
     assert "PASS" in md
-    assert scored == ["scoring A (MOS proxy, ASR)", "scoring B against A"]
+    assert scored == ["scoring A (MOS proxies, ASR)", "scoring B against A"]
 
 
 def _synthesis(fallbacks=()) -> SimpleNamespace:
