@@ -30,8 +30,8 @@ from lab.quality.worst import Worst, worst_sentences
 MOS_TOLERANCE = 0.05
 WER_POINTS = 0.02
 CER_POINTS = 0.02
-_DNSMOS_LABELS = {"sig": "DNSMOS SIG", "bak": "DNSMOS BAK", "ovrl": "DNSMOS OVRL",
-                  "p808": "DNSMOS P.808"}
+_MOS_LABELS = {"sig": "DNSMOS SIG", "bak": "DNSMOS BAK", "ovrl": "DNSMOS OVRL",
+               "p808": "DNSMOS P.808", "distill": "Distill-MOS"}
 _FIDELITY = {"mcd_db": ("MCD (dB)", False), "pesq_wb": ("PESQ-WB", True), "stoi": ("STOI", True)}
 
 
@@ -67,9 +67,9 @@ def mos_fields() -> list[str]:
 
 
 def mos_label(name: str) -> str:
-    """A MOS field's name for people: its `label` metadata, else the DNSMOS name, else upper."""
+    """A MOS field's name for people: its `label` metadata, else the proxy's name, else upper."""
     declared = {f.name: f.metadata.get("label") for f in fields(MosScores)}.get(name)
-    return declared or _DNSMOS_LABELS.get(name) or name.replace("_", " ").upper()
+    return declared or _MOS_LABELS.get(name) or name.replace("_", " ").upper()
 
 
 @dataclass(frozen=True)
