@@ -37,6 +37,7 @@ import torch
 
 from lab.engine.cache import StaticKVCache
 from lab.engine.llm import call_block, call_head, call_mixed_block
+from lab.engine.slots import bucket_sizes, smallest_bucket
 from lab.quant.compile import COMPILED_MODES, inductor_mode
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -53,18 +54,6 @@ def default_key_buckets(max_len: int, base: int = KEY_BASE) -> tuple[int, ...]:
         sizes.append(base)
         base *= 2
     return (*sizes, max_len)
-
-
-def _sizes(wanted, top: int) -> tuple[int, ...]:
-    """The wanted sizes within [1, top), ascending, then `top`, so that any size fits one."""
-    return tuple(sorted({n for n in wanted if 1 <= n < top} | {top}))
-
-
-def _smallest(sizes: tuple[int, ...], n: int, what: str) -> int:
-    for size in sizes:
-        if size >= n:
-            return size
-    raise ValueError(f"{what} of {n} exceeds the largest bucket {sizes[-1]}")
 
 
 class GraphedDecoder:
@@ -95,9 +84,9 @@ class GraphedDecoder:
         self.model, self.cache = model, cache
         self.requested_mode = mode
         self.fallbacks: list[str] = []
-        self.buckets = _sizes(buckets, cache.n_slots)
+        self.buckets = bucket_sizes(buckets, cache.n_slots)
         keys = default_key_buckets(cache.max_len) if key_buckets is None else key_buckets
-        self.key_buckets = _sizes(keys, cache.max_len)
+        self.key_buckets = bucket_sizes(keys, cache.max_len)
         if not 0 <= prefill_tokens < cache.max_len:
             raise ValueError(f"prefill_tokens={prefill_tokens} must lie in [0, {cache.max_len})")
         self.prefill_tokens = prefill_tokens
@@ -155,13 +144,13 @@ class GraphedDecoder:
             if pre else model(tokens, positions, view, block_fn=block, head_fn=head))
 
     def bucket_for(self, batch: int) -> int:
-        return _smallest(self.buckets, batch, "batch")
+        return smallest_bucket(self.buckets, batch, "batch")
 
     def key_bucket_for(self, n_keys: int) -> int:
         """The shortest captured prefix holding `n_keys` positions (`max_len` at most)."""
         if n_keys < 1:
             raise ValueError(f"n_keys={n_keys} must be >= 1")
-        return _smallest(self.key_buckets, n_keys, "key length")
+        return smallest_bucket(self.key_buckets, n_keys, "key length")
 
     @torch.inference_mode()
     def capture(self, batch_sizes=None, key_lengths=None) -> None:

@@ -138,7 +138,6 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
 
     def forward(self, x, cos, sin, bias, positions, slot_index, contiguous, kv):
-        b, t, _ = x.shape
         q, k, v = self._project(x, cos, sin)
         return self.o(self._attend(q, k, v, bias, positions, slot_index, contiguous, kv))
 

@@ -60,3 +60,16 @@ def default_buckets(n_slots: int) -> tuple[int, ...]:
     captured graphs for 128 slots, and a batch padded by at most 15 idle rows."""
     sizes = [1, 2, 4, 8, 16, 24, 32, *range(48, n_slots, 16)]
     return (*sorted(s for s in sizes if s < n_slots), n_slots)
+
+
+def bucket_sizes(wanted, top: int) -> tuple[int, ...]:
+    """The wanted sizes within [1, top), ascending, then `top`, so that any size fits one."""
+    return tuple(sorted({n for n in wanted if 1 <= n < top} | {top}))
+
+
+def smallest_bucket(sizes: tuple[int, ...], n: int, what: str) -> int:
+    """The smallest of the ascending `sizes` that holds `n`; past the largest, an error."""
+    for size in sizes:
+        if size >= n:
+            return size
+    raise ValueError(f"{what} of {n} exceeds the largest bucket {sizes[-1]}")

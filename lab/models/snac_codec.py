@@ -84,6 +84,12 @@ def fold_weight_norm(model: nn.Module) -> None:
             parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
 
 
+def _check_frames(frames: torch.Tensor) -> torch.Tensor:
+    if frames.dim() != 3 or frames.shape[-1] != FRAME_CODES:
+        raise CodecError(f"frames must be [B, F, {FRAME_CODES}]; got {tuple(frames.shape)}")
+    return frames
+
+
 def levels_from_frames(frames: torch.Tensor, columns: list[torch.Tensor] | None = None
                        ) -> list[torch.Tensor]:
     """[B, F, 7] frames -> SNAC's three code levels [B, F], [B, 2F], [B, 4F].
@@ -91,8 +97,7 @@ def levels_from_frames(frames: torch.Tensor, columns: list[torch.Tensor] | None 
     `columns` are `LEVEL_COLUMNS` as index tensors on the frames' device; pass them where the
     call is captured in a CUDA graph, which cannot copy fresh indices from the host.
     """
-    if frames.dim() != 3 or frames.shape[-1] != FRAME_CODES:
-        raise CodecError(f"frames must be [B, F, {FRAME_CODES}]; got {tuple(frames.shape)}")
+    _check_frames(frames)
     if columns is None:
         columns = [torch.tensor(cols, device=frames.device) for cols in LEVEL_COLUMNS]
     b = frames.shape[0]
@@ -163,9 +168,7 @@ class SnacCodec:
                                  f"{int(frames.min())}..{int(frames.max())}")
             if self.device.type == "cuda":
                 frames = frames.to(torch.long).pin_memory()
-        frames = frames.to(self.device, torch.long, non_blocking=True)
-        if frames.dim() != 3 or frames.shape[-1] != FRAME_CODES:
-            raise CodecError(f"frames must be [B, F, {FRAME_CODES}]; got {tuple(frames.shape)}")
+        frames = _check_frames(frames.to(self.device, torch.long, non_blocking=True))
         return self._decode_codes(frames) if self.graphs is None else self.graphs(frames)
 
     def _decode_codes(self, frames: torch.Tensor) -> torch.Tensor:

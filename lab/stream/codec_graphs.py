@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from lab.engine.slots import bucket_sizes, smallest_bucket
+
 BATCHES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
@@ -34,7 +36,7 @@ class CodecGraphs:
         if max_batch < 1:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
         self.decode, self.frame_codes, self.device = decode, frame_codes, device
-        self.buckets = tuple(sorted({b for b in batches if 1 <= b < max_batch} | {max_batch}))
+        self.buckets = bucket_sizes(batches, max_batch)
         self.failure: str | None = None
         self._inputs: dict[int, torch.Tensor] = {}
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
@@ -55,8 +57,9 @@ class CodecGraphs:
     @torch.inference_mode()
     def __call__(self, frames: torch.Tensor) -> torch.Tensor:
         b, f = frames.shape[:2]
-        bucket = next((size for size in self.buckets if size >= b), None)
-        entry = None if bucket is None or self.failure else self._graph(bucket, f)
+        fits = b <= self.buckets[-1] and self.failure is None
+        bucket = smallest_bucket(self.buckets, b, "batch") if fits else 0
+        entry = self._graph(bucket, f) if fits else None
         if entry is None:
             return self.decode(frames)
         graph, out = entry
