@@ -222,7 +222,7 @@ class GraphedDecoder:
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor,
                  n_keys: int | None = None) -> torch.Tensor:
         _check_decode(tokens, positions)
-        return self._run(tokens, positions, n_keys, None)
+        return self._run(tokens, positions, n_keys, None)[0][:tokens.shape[0]]
 
     @torch.inference_mode()
     def with_prefill(self, tokens: torch.Tensor, positions: torch.Tensor, n_keys: int,
@@ -240,18 +240,19 @@ class GraphedDecoder:
             raise ValueError(f"a prompt chunk is tokens and positions {want} and a row [1]; got "
                              f"{tuple(pre_tokens.shape)}, {tuple(pre_positions.shape)}, "
                              f"{tuple(pre_row.shape)}")
-        logits = self._run(tokens, positions, n_keys, (pre_tokens, pre_positions, pre_row))
-        return logits[:-1], logits[-1:]
+        logits, row = self._run(tokens, positions, n_keys, (pre_tokens, pre_positions, pre_row))
+        return logits[:tokens.shape[0]], logits[row:row + 1]
 
-    def _run(self, tokens, positions, n_keys, prompt) -> torch.Tensor:
-        """Logits of the B decode rows, then of the prompt chunk's row when one rides along."""
+    def _run(self, tokens, positions, n_keys, prompt) -> tuple[torch.Tensor, int]:
+        """The step's logits, the B decode rows first (then padding), and the row of the prompt
+        chunk's logits when one rides along; views, so no step copies its logits again."""
         b = tokens.shape[0]
         n_keys = self.cache.max_len if n_keys is None else n_keys
         shape = (self.bucket_for(b), self.key_bucket_for(n_keys),
                  self.prefill_tokens if prompt else 0)
         self._prepare(shape)
         if self.mode == "eager":  # no fixed shapes: only the real rows, over their own keys
-            return self._step(tokens, positions, self.cache.prefix(n_keys), prompt or ())
+            return self._step(tokens, positions, self.cache.prefix(n_keys), prompt or ()), b
         bucket = shape[0]
         self._tokens[:b].copy_(tokens)
         self._positions[:b].copy_(positions)
@@ -267,7 +268,7 @@ class GraphedDecoder:
             out = self._logits
         else:
             out = self._run_padded(*shape)
-        return torch.cat((out[:b], out[bucket:bucket + 1])) if prompt else out[:b]
+        return out, bucket
 
 
 def _check_decode(tokens: torch.Tensor, positions: torch.Tensor) -> None:
