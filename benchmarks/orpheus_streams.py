@@ -27,6 +27,11 @@ each N runs `--repeats` times: figures are medians over repeats, with the min-ma
     python benchmarks/orpheus_streams.py                                # GPU, full size
     python benchmarks/orpheus_streams.py --arrivals 4,8 --streams ''    # open loop only
     python benchmarks/orpheus_streams.py --smoke                        # CPU, tiny, seconds
+
+`--prefix-cache both` runs each rate without, then with, the voice prefix cache in the same
+process; `--reference-tokens N` puts a speaker reference of N tokens at the start of every
+prompt, as a cloned voice's requests carry (its transcript and audio codes), which is what a
+prefix cache has to save.
 """
 
 from __future__ import annotations
@@ -117,6 +122,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="leave what warm-up left alive in Python's full collections")
     p.add_argument("--mixed-prefill", type=int, default=0,
                    help="prompt tokens a decode step may carry (0: prompts prefill alone)")
+    p.add_argument("--prefix-cache", default="off", choices=("off", "on", "both"),
+                   help="keep the voice's shared prompt prefix (both: each rate off, then on)")
+    p.add_argument("--reference-tokens", type=int, default=0,
+                   help="tokens of a speaker reference before every prompt (a cloned voice)")
     p.add_argument("--profile", action="store_true", help="write a kernel table for the largest N")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--repeats", type=int, default=3, help="runs per stream count")
@@ -147,6 +156,39 @@ def window_of(text: str) -> StreamWindow:
     return StreamWindow(hop=hop, left=left, right=right)
 
 
+@dataclass(frozen=True)
+class ClonedVoice:
+    """Orpheus' prompt behind a speaker reference: zero-shot cloning puts a reference
+    transcript and its audio codes before the text, so every request to that voice starts
+    with the same `reference` tokens."""
+
+    inner: OrpheusFormat
+    reference: tuple[int, ...]
+
+    def prompt(self, unit: str, voice: str | None) -> list[int]:
+        return [*self.reference, *self.inner.prompt(unit, voice)]
+
+    def voice_prefix(self, voice: str | None) -> list[int]:
+        return [*self.reference, *self.inner.voice_prefix(voice)]
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def reference_tokens(layout: OrpheusLayout, n: int) -> tuple[int, ...]:
+    """`n` audio tokens in Orpheus' order (7 codes per frame), fixed by a seed."""
+    seeded = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, layout.codebook_size, (n,), generator=seeded)
+    return tuple(layout.audio_token(i % 7, int(c)) for i, c in enumerate(codes))
+
+
+def use_prefix_cache(tts: TokenTTS, on: bool) -> None:
+    """Keep the voice's prefix (or forget it): requests submitted from now on reuse it."""
+    tts.engine.runner.prefixes.clear()
+    if on:
+        tts.engine.cache_prefix(tts.format.voice_prefix("tara"))
+
+
 def build(args, device: torch.device, n_slots: int, max_len: int):
     shape = "tiny-llama" if args.smoke else "orpheus-3b"
     lm, cfg = load_lm("dummy", shape=shape, dtype=args.dtype, device=device)
@@ -159,9 +201,13 @@ def build(args, device: torch.device, n_slots: int, max_len: int):
                                         decode_mode=args.decode_mode,
                                         mixed_prefill=args.mixed_prefill))
     tokenizer = ByteTokenizer(layout.bos) if args.smoke else SubwordStandIn(layout.bos, 128000)
-    tts = TokenTTS(engine, codec, OrpheusFormat(tokenizer, layout),
-                   window=window_of(args.window), side_stream=args.side_stream)
+    fmt = OrpheusFormat(tokenizer, layout)
+    if args.reference_tokens:
+        fmt = ClonedVoice(fmt, reference_tokens(layout, args.reference_tokens))
+    tts = TokenTTS(engine, codec, fmt, window=window_of(args.window),
+                   side_stream=args.side_stream)
     engine.runner.logits_processor = AudioTokenConstraint(layout, allow_stop=False)
+    use_prefix_cache(tts, args.prefix_cache == "on")
     return tts
 
 
@@ -425,9 +471,13 @@ def run_open_loop(tts: TokenTTS, offsets: list[float], duration: float, tokens: 
 
     codec_ms_before = tts.decoder.device_decode_ms()
     graphs = counters["stats"]["unique_graphs"]
+    stats = tts.engine.stats
+    prefilled, cached = stats.prefill_tokens, stats.cached_prefix_tokens
     run = serve_open_loop(tts, offsets, tokens, duration + drain_s)
     codec_ms = tts.decoder.device_decode_ms() - codec_ms_before
     row = open_loop_row(run, *settle(tts, run), duration, tts.sample_rate)
+    row["prefill_tokens_per_request"] = (stats.prefill_tokens - prefilled) / row["requests"]
+    row["cached_tokens_per_request"] = (stats.cached_prefix_tokens - cached) / row["requests"]
     row["snac_share"] = codec_ms / (row["wall_s"] * 1e3)
     row["recompiles"] = counters["stats"]["unique_graphs"] - graphs
     row["slow_steps"] = sorted(run.slow, key=lambda step: -step["ms"])[:8]
@@ -438,8 +488,9 @@ def run_open_loop(tts: TokenTTS, offsets: list[float], duration: float, tokens: 
 OPEN_SPREAD_KEYS = ("active_mean", "ttfa_ms_p50", "ttfa_ms_p95", "stream_tok_s_min",
                     "below_realtime_share", "step_ms_p50", "step_ms_p95", "step_ms_max",
                     "prefill_share", "snac_share")
-OPEN_PER_RUN_KEYS = (*OPEN_SPREAD_KEYS, "active_peak", "finished", "stalled_streams",
-                     "recompiles", "slow_steps", "gc_full", "gc_ms_max", "gc_ms_total")
+OPEN_PER_RUN_KEYS = (*OPEN_SPREAD_KEYS, "prefill_tokens_per_request", "active_peak", "finished",
+                     "stalled_streams", "recompiles", "slow_steps", "gc_full", "gc_ms_max",
+                     "gc_ms_total")
 
 
 def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) -> list[dict]:
@@ -451,15 +502,17 @@ def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) ->
     warm = poisson_arrivals(max(rates), args.slots, min(1.0, args.duration), args.seed)
     settle(tts, serve_open_loop(tts, warm, warm_tokens, args.drain_timeout + 1.0))
     rows = []
-    for rate in rates:
+    settings = {"off": [False], "on": [True], "both": [False, True]}[args.prefix_cache]
+    for rate, prefix in itertools.product(rates, settings):
         offsets = poisson_arrivals(rate, MAX_REQUESTS, args.duration, args.seed)
         if not offsets:
             raise SystemExit(f"no arrival in {args.duration} s at {rate}/s (seed {args.seed}): "
                              "raise --duration")
+        use_prefix_cache(tts, prefix)
         measure = functools.partial(run_open_loop, tts, offsets, args.duration, args.tokens,
                                     args.drain_timeout)
-        rows.append({"rate": rate, **repeated(measure, args.repeats, OPEN_SPREAD_KEYS,
-                                              OPEN_PER_RUN_KEYS)})
+        rows.append({"rate": rate, "prefix_cache": prefix,
+                     **repeated(measure, args.repeats, OPEN_SPREAD_KEYS, OPEN_PER_RUN_KEYS)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -617,7 +670,8 @@ def _header(result: dict) -> list[str]:
             f"{result['window']} (hop,left,right frames), codec {result['snac_compile']} "
             f"{result['snac_dtype']}{' in CUDA graphs' if result.get('snac_graphs') else ''}, "
             f"side stream {result['side_stream']}, prompt tokens "
-            f"carried by a decode step {result.get('mixed_prefill', 0)}. "
+            f"carried by a decode step {result.get('mixed_prefill', 0)}, speaker reference "
+            f"tokens before each prompt {result.get('reference_tokens', 0)}. "
             f"Real time = {REALTIME_TOKENS_PER_S:.1f} tokens/s.\n"]
 
 
@@ -638,13 +692,19 @@ def _open_loop_table(result: dict) -> list[str]:
              "RT' the share of streams that ever fell below real time. Wall: steps that launched "
              "or waited for a prefill / decode-only steps / idle with nothing in flight; SNAC is "
              "the codec's device time over the wall time, overlapping the steps.\n",
-             "| arrivals/s | requests (finished) | in flight mean / peak | TTFA p50 / p95 ms | "
+             "'prefill / cached' are prompt tokens per request computed, and copied from the "
+             "voice prefix cache.\n",
+             "| arrivals/s | prefix cache | prefill / cached tokens | requests (finished) | "
+             "in flight mean / peak | TTFA p50 / p95 ms | "
              "stream tok/s slowest / p50 | below RT | step p50 / p95 / max ms | "
              "wall prefill / decode / idle | SNAC |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in open_loop["rows"]:
+        tokens = (f"{r['prefill_tokens_per_request']:.0f} / {r['cached_tokens_per_request']:.0f}"
+                  if "cached_tokens_per_request" in r else "-")
         lines.append(
-            f"| {r['rate']:g} | {r['requests']:g} ({r['finished']:g}) | "
+            f"| {r['rate']:g} | {'on' if r.get('prefix_cache') else 'off'} | {tokens} | "
+            f"{r['requests']:g} ({r['finished']:g}) | "
             f"{_num(r, 'active_mean', '.1f')} / {r['active_peak']:g} | "
             f"{_num(r, 'ttfa_ms_p50', '.0f')} / {_num(r, 'ttfa_ms_p95', '.0f')} | "
             f"{_num(r, 'stream_tok_s_min', '.1f')} / {_num(r, 'stream_tok_s_p50', '.1f')} | "
@@ -747,7 +807,7 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
     streams = counts(args.streams, int)
     tokens = 7 * args.frames
-    max_len = args.max_len or max(tokens, args.tokens) + 128
+    max_len = args.max_len or max(tokens, args.tokens) + 128 + args.reference_tokens
     tts = build(args, device, args.slots, max_len)
     tts.engine.runner.warmup()
     tts.codec.capture(window_of(args.window).frames)
@@ -782,6 +842,7 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
         "side_stream": args.side_stream, "snac_graphs": tts.codec.graphs is not None,
         "prompt_tokens": prompt_len(tts),
         "mixed_prefill": args.mixed_prefill, "gc_frozen": not args.gc_everything,
+        "prefix_cache": args.prefix_cache, "reference_tokens": args.reference_tokens,
         "slots": args.slots, "repeats": args.repeats, "open_loop": open_loop, "streams": rows,
         "snac": snac_microbench(args, device, [1, 4] if args.smoke else [1, 16, 64],
                                 window.frames),

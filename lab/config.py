@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from lab.engine.kv_dtype import KV_DTYPES as _KV_DTYPE_TABLE
 from lab.engine.kv_modes import KV_MODES
 from lab.models.registry import FAMILIES
 from lab.quant import COMPILE_MODES as _COMPILE_TABLE
@@ -24,6 +25,7 @@ from lab.quant import QUANTS
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = tuple(_DTYPE_TABLE)
 KV_CACHES = tuple(KV_MODES)
+KV_DTYPES = tuple(_KV_DTYPE_TABLE)
 COMPILE_MODES = tuple(_COMPILE_TABLE)
 WEIGHTS = ("real", "dummy")
 
@@ -33,6 +35,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": DTYPES,
     "quant": QUANTS,
     "kv_cache": KV_CACHES,
+    "kv_dtype": KV_DTYPES,
     "compile": COMPILE_MODES,
     "weights": WEIGHTS,
 }
@@ -46,6 +49,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "overlap": (0, 128),
     "crossfade_ms": (0.0, 50.0),
     "max_chars": (1, 100_000),
+    "mixed_prefill": (0, 512),
     "seed": (0, 2**31 - 1),
 }
 SAMPLING_LIMITS: dict[str, tuple[float, float]] = {
@@ -82,6 +86,11 @@ class PipelineConfig:
     `decode_interval`, `overlap` and `crossfade_ms` shape streaming: the vocoder or codec is
     decoded every `decode_interval` frames over a fixed window with `overlap` frames of context
     on each side, and neighbouring chunks are blended over `crossfade_ms`.
+
+    `kv_dtype`, `mixed_prefill` and `prefix_cache` shape how an autoregressive engine serves
+    many streams (see `lab.engine.engine.EngineConfig` and `lab.engine.prefix`): K/V stored
+    in fp8, prompt chunks of up to `mixed_prefill` tokens carried inside decode steps, and the
+    tokens every prompt to a voice shares prefilled once at load and copied.
     """
 
     family: str = "piper-vits"
@@ -98,6 +107,9 @@ class PipelineConfig:
     compile: str = "none"
     cuda_graphs: bool = False
     kv_cache: str = "static"
+    kv_dtype: str = "auto"
+    mixed_prefill: int = 0
+    prefix_cache: bool = False
     continuous_batching: bool = True
     seed: int = 0
     noise_scale: float | None = None

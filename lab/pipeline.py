@@ -216,7 +216,8 @@ class Pipeline:
         units, warnings = self._timed_prepare(text, timer)
         chunks = []
         for chunk in self._stream(meter, units):
-            chunks.append(chunk)
+            if chunk is not None:
+                chunks.append(chunk)
             yield chunk
         if not chunks:
             warnings.append(NO_AUDIO)
@@ -228,7 +229,7 @@ class Pipeline:
         with timer.stage("text_to_tokens"):
             return self.backend.prepare(text)
 
-    def _stream(self, meter: RequestMeter, units: list) -> Iterator[AudioChunk]:
+    def _stream(self, meter: RequestMeter, units: list) -> Iterator[AudioChunk | None]:
         timer, index = meter.timer, 0
         for i, (unit, seed) in enumerate(zip(units, self._seeds(len(units)), strict=True)):
             if i:
@@ -237,7 +238,9 @@ class Pipeline:
             pieces = self.backend.stream(unit, seed, meter)
             try:
                 for piece in pieces:
-                    if len(piece):
+                    if piece is None:
+                        yield None  # the worker's turn passes to the other streams
+                    elif len(piece):
                         yield AudioChunk(piece, index, timer.since_start(), self.sample_rate)
                         index += 1
             finally:

@@ -4,7 +4,9 @@ A model on a device is shared state: two threads stepping one engine corrupt it,
 that drives the engine serves every request in it. So a pipeline hands all its work to one
 worker thread. Each request is a job with its own output queue. The worker interleaves the
 streams it holds (one piece of each in turn, so an autoregressive family advances all of them
-in the same batched step) and merges the one-shot jobs that are waiting into one batch.
+in the same batched step) and merges the one-shot jobs that are waiting into one batch. A
+stream may yield None to pass its turn (it advanced the shared engine but has no piece yet);
+the caller never sees it.
 
 A caller that stops listening (a closed browser tab, a dropped connection) cancels its job:
 the worker closes the job's generator, and the family frees what the request held. A caller
@@ -162,7 +164,9 @@ class Worker:
                 job.generator.close()
                 job.out.put(_End(error=Cancelled("the request was cancelled")))
                 return False
-            job.out.put(next(job.generator))
+            piece = next(job.generator)
+            if piece is not None:  # None: the job advanced shared work, nothing to hand out
+                job.out.put(piece)
             return True
         except StopIteration as done:
             job.out.put(_End(done.value))

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from lab.config import load_preset
 from lab.frontend import TextError
@@ -98,3 +99,42 @@ def test_memory_facts_tell_each_kv_cache_mode_truthfully(greedy_by_cache):
     peak = float(facts["dynamic"].split("now, ")[1].split()[0])
     assert peak > 0  # the requests that ran grew it, though they have all finished
     assert facts["none"] == "none: no KV cache; each step recomputes the prefix"
+
+
+@pytest.fixture(scope="module")
+def greedy_by_serving_knobs():
+    """The tiny Orpheus pipeline, greedy, plain and with each serving knob of the engine."""
+    knobs = {"plain": {}, "prefix": {"prefix_cache": True}, "mixed": {"mixed_prefill": 8},
+             "fp8": {"kv_dtype": "fp8-e4m3"}}
+    return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
+                                       sampling={"temperature": 0.0, "max_tokens": 42}))
+            for name, extra in knobs.items()}
+
+
+def test_prefix_cache_and_carried_prompts_act_and_leave_the_audio_alone(greedy_by_serving_knobs):
+    pipes = greedy_by_serving_knobs
+    texts = [*TEXTS, "Four.", "Five is here.", "And six."]  # more sentences than slots
+    results = {name: pipes[name].synthesize_batch(texts) for name in ("plain", "prefix", "mixed")}
+    for name in ("prefix", "mixed"):
+        for ours, plain in zip(results[name], results["plain"], strict=True):
+            assert ours.audio.shape == plain.audio.shape
+            np.testing.assert_allclose(ours.audio, plain.audio, atol=1e-4)
+    stats = {name: pipe.backend.tts.engine.stats for name, pipe in pipes.items()}
+    assert stats["prefix"].cached_prefix_tokens > 0
+    assert stats["plain"].cached_prefix_tokens == 0
+    assert (stats["prefix"].prefill_tokens + stats["prefix"].cached_prefix_tokens
+            == stats["plain"].prefill_tokens)
+    assert stats["mixed"].carried_prefill_tokens > 0
+    assert stats["plain"].carried_prefill_tokens == 0
+    assert "8 voice prefixes" in pipes["prefix"].memory_facts()["Prefix cache"]
+    assert "Prefix cache" not in pipes["plain"].memory_facts()
+
+
+def test_fp8_kv_storage_acts_through_the_pipeline(greedy_by_serving_knobs):
+    pipe = greedy_by_serving_knobs["fp8"]
+    assert "in fp8 with a scale per head vector" in pipe.memory_facts()["KV cache"]
+    assert pipe.backend.kv_cache.k.dtype == torch.float8_e4m3fn
+    assert not any("kv_dtype" in note for note in pipe.fallbacks)
+    before = pipe.backend.tts.engine.stats.generated
+    pipe.synthesize_batch(TEXTS)  # greedy noise may stop at once: count tokens, not audio
+    assert pipe.backend.tts.engine.stats.generated > before

@@ -10,6 +10,7 @@ import torch
 import lab.engine.graphs as graphs
 from lab.config import ConfigError, load_preset
 from lab.metrics.repeats import pinned_threads
+from lab.models.orpheus_format import AudioTokenConstraint
 from lab.pipeline import Pipeline, drain
 from lab.worker import Cancelled
 
@@ -54,6 +55,31 @@ def test_concurrent_requests_each_get_their_own_complete_audio(orpheus):
         np.testing.assert_array_equal(streamed, whole)
         assert whole.shape == alone[text].shape
         np.testing.assert_allclose(whole, alone[text], atol=1e-4)
+
+
+def test_streams_started_together_decode_in_the_same_steps():
+    """A stream waiting for its audio must not hold the worker: eight streams started at once
+    all join the first steps and finish in about as many steps as one, instead of each
+    starting only once the one before it has its first audio (eight times the steps)."""
+    pipe = Pipeline(load_preset("orpheus-tiny-cpu", batch_size=8, sampling={"max_tokens": 42}))
+    tts = pipe.backend.tts
+    tts.engine.runner.logits_processor = AudioTokenConstraint(tts.format.layout,
+                                                              allow_stop=False)
+    stats = tts.engine.stats
+    steps, rows = stats.decode_steps, stats.active_rows
+    start = threading.Barrier(8)
+
+    def client(n: int) -> None:
+        start.wait()
+        drain(pipe.stream(f"Stream number {n} starts now."))
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert stats.decode_steps - steps <= 42 + 12
+    assert (stats.active_rows - rows) / (stats.decode_steps - steps) >= 6
 
 
 def test_a_stream_closed_early_frees_its_slot(orpheus):

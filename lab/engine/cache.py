@@ -111,6 +111,24 @@ class StaticKVCache(nn.Module):
             return StaticLayer(self.k[layer], self.v[layer])
         return StaticLayer(self.k[layer], self.v[layer], self.k_scale[layer], self.v_scale[layer])
 
+    def read_slot(self, slot: int, length: int) -> StaticLayer:
+        """Copies of one slot's first `length` positions in every layer (K, V and their fp8
+        scales), [n_layers, n_kv_heads, length, ...]: what `write_slot` puts back in another
+        slot, so a prompt prefix written once serves every request that starts with it."""
+        if not 1 <= length < self.max_len:
+            raise ValueError(f"prefix length {length} is outside [1, {self.max_len - 1}]")
+        return StaticLayer(*(None if b is None else b[:, slot, :, :length].clone()
+                             for b in (self.k, self.v, self.k_scale, self.v_scale)))
+
+    def write_slot(self, slot: int, saved: StaticLayer) -> None:
+        """Put `read_slot`'s copies at the start of `slot` (in place: graphs keep their
+        addresses)."""
+        length = saved.k.shape[-2]
+        for buffer, part in zip((self.k, self.v, self.k_scale, self.v_scale), saved,
+                                strict=True):
+            if buffer is not None:
+                buffer[:, slot, :, :length].copy_(part)
+
     def prefix(self, length: int) -> CachePrefix:
         """The first `length` positions of every slot, for a step that reads no further."""
         if not 1 <= length <= self.max_len:

@@ -74,11 +74,14 @@ class EngineStats:
     """Counters that show where the time goes: idle rows are decode work thrown away,
     `decode_tokens` is what the cache mode costs (one token per row with a cache, the whole
     prefix of every running request without one), and `carried_prefill_tokens` the part of
-    `prefill_tokens` written inside decode steps (`EngineConfig.mixed_prefill`)."""
+    `prefill_tokens` written inside decode steps (`EngineConfig.mixed_prefill`);
+    `cached_prefix_tokens` are prompt tokens copied from a stored prefix instead of
+    prefilled (`LLMEngine.cache_prefix`)."""
 
     steps: int = 0
     prefill_tokens: int = 0
     carried_prefill_tokens: int = 0
+    cached_prefix_tokens: int = 0
     decode_steps: int = 0
     decode_rows: int = 0
     active_rows: int = 0
@@ -118,17 +121,39 @@ class LLMEngine:
     def fallbacks(self) -> list[str]:
         return self.runner.fallbacks
 
-    def add_request(self, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
-                    request_id: str | None = None) -> str:
-        """Queue a request; returns its id. Bad input raises RequestError and queues nothing."""
+    def _token_ids(self, prompt_ids: Sequence[int]) -> list[int]:
         ids = [int(t) for t in prompt_ids]
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
         if bad:
             raise RequestError(f"prompt token {bad[0]} is outside the vocabulary "
                                f"(0..{self.vocab_size - 1})")
+        return ids
+
+    def cache_prefix(self, prompt_ids: Sequence[int]) -> int:
+        """Prefill `prompt_ids` once now and keep their K/V (see `prefix`): a later request
+        whose prompt starts with them and goes on takes a copy instead of prefilling them.
+        Returns the tokens kept, 0 where the cache mode cannot keep them (the fallbacks say
+        why). Needs a free slot for the moment it prefills, so call it before serving."""
+        ids = self._token_ids(prompt_ids)
+        if not 1 <= len(ids) < self.config.max_len - 1:
+            raise RequestError(f"a prefix of {len(ids)} tokens does not fit the cache "
+                               f"({self.config.max_len} positions)")
+        if not self.scheduler.slots.n_free:
+            raise RequestError("every slot is busy: cache prefixes before serving")
+        slot = self.scheduler.slots.allocate()
+        try:
+            return self.runner.keep_prefix(ids, slot, self.config.prefill_chunk)
+        finally:
+            self.scheduler.slots.free(slot)
+
+    def add_request(self, prompt_ids: Sequence[int], sampling: SamplingParams | None = None,
+                    request_id: str | None = None) -> str:
+        """Queue a request; returns its id. Bad input raises RequestError and queues nothing."""
+        ids = self._token_ids(prompt_ids)
         if request_id is not None and request_id in self.requests:
             raise RequestError(f"request id {request_id!r} is already in use")
-        request = Request(ids, sampling or SamplingParams(), request_id=request_id or "")
+        request = Request(ids, sampling or SamplingParams(), request_id=request_id or "",
+                          n_cached=self.runner.prefixes.match(ids))
         self.scheduler.add(request)
         self.requests[request.request_id] = request
         return request.request_id
@@ -174,6 +199,8 @@ class LLMEngine:
         for chunk in chunks:
             self.scheduler.prefilled(chunk)
             self.stats.prefill_tokens += chunk.stop - chunk.start
+            if chunk.start == chunk.request.n_cached:
+                self.stats.cached_prefix_tokens += chunk.start
         if completed:
             ready = list(completed)
             logits = torch.stack([completed[r] for r in ready])

@@ -47,9 +47,12 @@ def _completed(chunks: list[PrefillChunk], logits: torch.Tensor) -> dict[Request
 class _SlotMode:
     """Hooks a mode may leave alone: nothing to capture, nothing to note per sampled token,
     nothing to drop when a request leaves its slot, no prompt chunk carried in a decode step
-    (`carried_prefill` is the most prompt tokens `decode_with_prefill` takes)."""
+    (`carried_prefill` is the most prompt tokens `decode_with_prefill` takes), no prompt
+    prefixes kept for reuse (`keeps_prefixes`: only fixed slot rows can take a copy, see
+    `prefix`)."""
 
     carried_prefill = 0
+    keeps_prefixes = False
 
     def warmup(self) -> None:
         """Nothing to capture."""
@@ -63,6 +66,8 @@ class _SlotMode:
 
 class StaticSlots(_SlotMode):
     """Preallocated K/V rows; decode goes through GraphedDecoder (eager, graph or compiled)."""
+
+    keeps_prefixes = True
 
     def __init__(self, model, *, n_slots: int, max_len: int, decode_mode: str,
                  buckets: tuple[int, ...] | None, key_buckets: tuple[int, ...] | None,

@@ -68,6 +68,7 @@ class Request:
     state: State = State.WAITING
     slot: int | None = None
     n_prefilled: int = 0
+    n_cached: int = 0  # leading prompt tokens whose K/V a stored prefix gives
     n_launched: int = 0
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None

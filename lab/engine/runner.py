@@ -25,6 +25,7 @@ import torch
 
 from lab.engine.kv_dtype import KV_DTYPES
 from lab.engine.kv_modes import KV_MODES
+from lab.engine.prefix import PrefixStore
 from lab.engine.request import Request
 from lab.engine.sampler import Candidates, SamplingBatch, sample
 from lab.engine.scheduler import PrefillChunk
@@ -80,6 +81,8 @@ class ModelRunner:
                                      key_buckets=key_buckets, kv_dtype=kv_dtype,
                                      prefill_tokens=mixed_prefill)
         self.cache, self.decoder = self.kv.cache, self.kv.decoder
+        self.kv_cache, self.prefixes = kv_cache, PrefixStore()
+        self.notes: list[str] = []
         self.seen = torch.zeros(n_slots, cfg.vocab_size, dtype=torch.bool, device=self.device)
         self.last_token = torch.zeros(n_slots, dtype=torch.long, device=self.device)
         # Index assignment from a Python scalar copies it host->device and waits for the
@@ -89,7 +92,7 @@ class ModelRunner:
 
     @property
     def fallbacks(self) -> list[str]:
-        return self.kv.fallbacks
+        return [*self.kv.fallbacks, *self.notes]
 
     def warmup(self) -> None:
         """Capture or compile every decode bucket now, so no request pays for it later."""
@@ -104,9 +107,26 @@ class ModelRunner:
         if not chunks:
             return {}
         for chunk in chunks:
-            if chunk.start == 0:
-                self._reset_seen(chunk.request)
+            if chunk.start == chunk.request.n_cached:
+                self._begin(chunk.request)
         return self.kv.prefill(chunks)
+
+    def keep_prefix(self, ids: list[int], slot: int, chunk: int) -> int:
+        """Prefill `ids` into the free `slot` in chunks of `chunk` tokens and keep a copy of
+        their K/V for requests that start with them (see `prefix`). Returns the tokens kept: 0
+        where the cache mode cannot keep them, which the fallbacks then say."""
+        if not self.kv.keeps_prefixes:
+            note = (f"the prefix cache needs the static KV cache; kv_cache={self.kv_cache} "
+                    "prefills every prompt whole")
+            if note not in self.notes:
+                self.notes.append(note)
+            return 0
+        request = Request(ids, request_id="prefix")
+        request.slot = slot
+        for start in range(0, len(ids), chunk):
+            self.prefill([PrefillChunk(request, start, min(len(ids), start + chunk))])
+        self.prefixes.add(ids, self.cache.read_slot(slot, len(ids)))
+        return len(ids)
 
     @property
     def carried_prefill(self) -> int:
@@ -118,14 +138,19 @@ class ModelRunner:
                             ) -> tuple[dict[Request, torch.Tensor], torch.Tensor]:
         """`decode` and `prefill([chunk])` in one forward: (completed prompts' last-token
         logits, the decode logits). Needs `carried_prefill` >= the chunk's length."""
-        if chunk.start == 0:
-            self._reset_seen(chunk.request)
+        if chunk.start == chunk.request.n_cached:
+            self._begin(chunk.request)
         return self.kv.decode_with_prefill(requests, n_rows, self.last_token, chunk)
 
-    def _reset_seen(self, request: Request) -> None:
+    def _begin(self, request: Request) -> None:
+        """A request's first prompt chunk: its slot forgets the previous tenant's tokens
+        and takes a copy of the stored prefix the prompt starts with, if any."""
         row = self.seen[request.slot]
         row.zero_()
         row[to_device(request.prompt_ids, torch.long, self.device)] = self._true
+        if request.n_cached:
+            self.cache.write_slot(request.slot,
+                                  self.prefixes.saved(request.prompt_ids, request.n_cached))
 
     @torch.inference_mode()
     def decode(self, requests: list[Request], n_rows: int) -> torch.Tensor:

@@ -111,6 +111,7 @@ class Scheduler:
         while self.waiting and self.slots.n_free:
             request = self.waiting.popleft()
             request.slot = self.slots.allocate()
+            request.n_prefilled = request.n_cached
             request.state = State.PREFILLING
             self.prefilling.append(request)
 

@@ -100,9 +100,11 @@ class Backend(Protocol):
                    meter: RequestMeter) -> list[np.ndarray]:
         """One waveform per unit, rendered together."""
 
-    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray]:
+    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray | None]:
         """One unit's audio, piece by piece as it is decoded; closing the iterator early
-        cancels the unit and frees what it held."""
+        cancels the unit and frees what it held. A family whose streams share one engine
+        yields None after it advanced that engine with no audio of its own yet, so the
+        worker can turn to the other streams (and start new ones) before asking again."""
 
     def fallbacks(self) -> list[str]:
         """Every fallback and note that has fired so far, read live from each component."""

@@ -18,6 +18,7 @@ from lab.frontend import check_text, is_speakable, normalize_text, split_sentenc
 from lab.models.backend import Family
 from lab.models.orpheus_format import (
     ORPHEUS,
+    VOICES,
     AudioTokenConstraint,
     ByteTokenizer,
     OrpheusFormat,
@@ -97,9 +98,13 @@ def build_tts(cfg: PipelineConfig, device: torch.device, *, n_slots: int | None 
     engine = LLMEngine(lm, engine_config(cfg, n_slots=n_slots,
                                          max_len=min(room, lm_cfg.max_seq_len)),
                        logits_processor=AudioTokenConstraint(layout))
-    tts = TokenTTS(engine, codec, OrpheusFormat(tokenizer, layout), window=stream_window(cfg),
+    fmt = OrpheusFormat(tokenizer, layout)
+    tts = TokenTTS(engine, codec, fmt, window=stream_window(cfg),
                    sampling=sampling_params(cfg.sampling, seed=cfg.seed))
     codec.capture(tts.decoder.window.frames)
+    if cfg.prefix_cache:
+        for voice in VOICES:
+            engine.cache_prefix(fmt.voice_prefix(voice))
     return tts, report
 
 

@@ -148,6 +148,17 @@ class OrpheusFormat:
     def prompt(self, unit: str, voice: str | None) -> list[int]:
         return format_prompt(self.tokenizer, unit, voice, self.layout)
 
+    def voice_prefix(self, voice: str | None) -> list[int]:
+        """The tokens every prompt to `voice` starts with, whatever its text: the common start
+        of two prompts whose texts differ from their first letter, so it holds for whatever
+        tokenizer is loaded (a merge across the voice's name and the text would end it
+        early, never make it wrong; the engine checks each prompt anyway)."""
+        first, second = (self.prompt(text, voice) for text in ("a", "b"))
+        shared = 0
+        while first[shared] == second[shared]:
+            shared += 1
+        return first[:shared]
+
     def assembler(self) -> FrameAssembler:
         return FrameAssembler(self.layout)
 

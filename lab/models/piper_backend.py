@@ -36,7 +36,8 @@ PIPER_FAMILY = Family(
         "voice is convolutions, so those fall back to unquantized weights in the chosen "
         "precision (the run's fallback notes say so)"),
     unsupported={
-        **dict.fromkeys(("kv_cache", "continuous_batching", "sampling"), NOT_AUTOREGRESSIVE),
+        **dict.fromkeys(("kv_cache", "kv_dtype", "mixed_prefill", "prefix_cache",
+                         "continuous_batching", "sampling"), NOT_AUTOREGRESSIVE),
         "cuda_graphs": "CUDA graphs need fixed shapes, and the voice's durations vary per text",
         "voice": "the embedded voice has a single speaker",
         "weights": "the embedded voice ships with its real weights only",

@@ -2,8 +2,9 @@
 app's config, and a backend base class that runs units through `TokenTTS`.
 
 Orpheus and the lab's own voice differ only in how they load, what a unit is and how long it
-may run; the knobs (`kv_cache`, `continuous_batching`, `compile`, `cuda_graphs`, sampling,
-`decode_interval`, `overlap`) are translated here once, so they act the same on both.
+may run; the knobs (`kv_cache`, `kv_dtype`, `mixed_prefill`, `continuous_batching`,
+`compile`, `cuda_graphs`, sampling, `decode_interval`, `overlap`) are translated here once, so
+they act the same on both.
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ def decode_mode(compile_mode: str, cuda_graphs: bool) -> str:
 def engine_config(cfg: PipelineConfig, *, n_slots: int | None = None,
                   max_len: int = 2048) -> EngineConfig:
     """The engine's settings for a pipeline config: slots default to its batch size, and
-    `continuous_batching`, `kv_cache`, `compile` and `cuda_graphs` become plain engine values
-    (the engine never sees the app's config)."""
+    `continuous_batching`, `kv_cache`, `kv_dtype`, `mixed_prefill`, `compile` and
+    `cuda_graphs` become plain engine values (the engine never sees the app's config)."""
     return EngineConfig(n_slots=n_slots or cfg.batch_size, max_len=max_len,
                         policy=POLICIES[0] if cfg.continuous_batching else POLICIES[1],
-                        kv_cache=cfg.kv_cache,
+                        kv_cache=cfg.kv_cache, kv_dtype=cfg.kv_dtype,
+                        mixed_prefill=min(cfg.mixed_prefill, max_len - 1),
                         decode_mode=decode_mode(cfg.compile, cfg.cuda_graphs))
 
 
@@ -92,7 +94,12 @@ class TokenBackend:
                 *self.tts.notes, *dummy]
 
     def memory_facts(self) -> dict[str, str]:
-        return {"KV cache": self.kv_cache.describe()}
+        facts = {"KV cache": self.kv_cache.describe()}
+        prefixes = self.tts.engine.runner.prefixes
+        if len(prefixes):
+            facts["Prefix cache"] = (f"{len(prefixes)} voice prefixes, "
+                                     f"{prefixes.nbytes() / 2**20:.2f} MiB")
+        return facts
 
     def applied(self) -> dict[str, object]:
         """Precision as the plan applied it, and the decode step as it runs now: a graph or
@@ -127,10 +134,14 @@ class TokenBackend:
         params = [self._sampling(u, s) for u, s in zip(units, seeds, strict=True)]
         return self.tts.synthesize(units, self.config.voice, params, meter)
 
-    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray]:
-        chunks = self.tts.stream(unit, self.config.voice, self._sampling(unit, seed), meter)
+    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray | None]:
+        chunks = self.tts.stream(unit, self.config.voice, self._sampling(unit, seed), meter,
+                                 share=True)
         try:
             for chunk in chunks:
+                if chunk is None:
+                    yield None
+                    continue
                 with meter.timer.stage("to_cpu"):
                     yield chunk.audio.float().cpu().numpy()
         finally:

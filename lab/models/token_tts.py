@@ -100,6 +100,7 @@ class TokenTTS:
         self.sampling = sampling or SamplingParams()
         self.utterances: dict[str, Utterance] = {}
         self.notes: list[str] = []  # stop rules that fired, for the run's fallback notes
+        self.n_steps = 0
 
     @property
     def sample_rate(self) -> int:
@@ -137,6 +138,7 @@ class TokenTTS:
         Each active utterance's meter is charged the whole step (it waited for all of it) and
         credited its own new tokens.
         """
+        self.n_steps += 1
         timers = self._timers()
         chunks = self.decoder.collect()
         with shared_stage(timers, STEP_STAGE):
@@ -207,17 +209,28 @@ class TokenTTS:
 
     def stream(self, text, voice: str | None = None,
                sampling: SamplingParams | None = None,
-               meter: RequestMeter | None = None) -> Iterator[AudioChunk]:
+               meter: RequestMeter | None = None,
+               share: bool = False) -> Iterator[AudioChunk | None]:
         """One utterance's chunks in order, each as soon as it is decoded.
+
+        Alone, it steps the engine until its next chunk. With `share`, for a caller that
+        takes turns over many streams (the pipeline's worker), it steps only when no stream
+        has stepped since its own last turn, and yields None when it has nothing yet: a round
+        over the streams then costs one step, and the caller can start newly arrived streams
+        between steps instead of after one stream's whole wait for audio.
 
         Closing the iterator before the end aborts the utterance and frees its slot.
         """
         rid = self.submit(text, voice, sampling, meter)
         utt = self.utterances[rid]
+        seen = self.n_steps if share else -1
         try:
             while utt.pending or utt.done is None:
-                if not utt.pending:
+                if not utt.pending and (not share or seen == self.n_steps):
                     self.step()
+                seen = self.n_steps
+                if share and not utt.pending:
+                    yield None
                 while utt.pending:
                     yield utt.pending.popleft()
         except BaseException:

@@ -66,6 +66,8 @@ VOICE_FAMILY = Family(
         **{knob: "it samples codec tokens; these scale the VITS voice's noise and durations "
                  "(see sampling instead)" for knob in ("noise_scale", "length_scale", "noise_w")},
         "voice": "the lab's voice has a single speaker",
+        "prefix_cache": "its prompt is the sentence's phonemes alone: prompts share no voice "
+                        "tokens to keep",
     },
     dummy_warning="dummy weights: the language model is random, so the audio is noise, "
                   "not speech")

@@ -38,8 +38,11 @@ KNOB_FIELDS = (
     "crossfade_ms",
     "seed",
     "kv_cache",
+    "kv_dtype",
+    "mixed_prefill",
     "continuous_batching",
     "cuda_graphs",
+    "prefix_cache",
     "temperature",
     "top_p",
 )
@@ -59,14 +62,17 @@ LABELS = {
     "crossfade_ms": "Crossfade (ms)",
     "seed": "Sampling seed",
     "kv_cache": "KV cache",
+    "kv_dtype": "KV storage",
+    "mixed_prefill": "Prompt tokens carried per decode step",
+    "prefix_cache": "Voice prefix cache",
     "continuous_batching": "Continuous batching",
     "cuda_graphs": "CUDA graphs (decode step)",
     "temperature": "Temperature",
     "top_p": "Top-p",
     "sampling": "Sampling (temperature, top-p)",
 }
-STEPS = {"batch_size": 1, "decode_interval": 1, "overlap": 1, "crossfade_ms": 0.5,
-         "temperature": 0.05, "top_p": 0.01}
+STEPS = {"batch_size": 1, "decode_interval": 1, "mixed_prefill": 8, "overlap": 1,
+         "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
 
 
 class KnobError(ValueError):
@@ -92,7 +98,8 @@ def knob_values(cfg: PipelineConfig) -> list:
 
 def _typed(name: str, value: object) -> object:
     """Sliders hand back floats; integer fields must stay integers for validation."""
-    if name in ("batch_size", "decode_interval", "overlap", "seed") and value is not None:
+    if name in ("batch_size", "decode_interval", "overlap", "seed",
+                "mixed_prefill") and value is not None:
         if float(value) != int(float(value)):
             raise KnobError(f"{name}={value} must be a whole number")
         return int(float(value))
@@ -206,8 +213,11 @@ class Knobs:
     crossfade_ms: gr.Slider
     seed: gr.Number
     kv_cache: gr.Dropdown
+    kv_dtype: gr.Dropdown
+    mixed_prefill: gr.Slider
     continuous_batching: gr.Checkbox
     cuda_graphs: gr.Checkbox
+    prefix_cache: gr.Checkbox
     temperature: gr.Slider
     top_p: gr.Slider
     note: gr.Markdown
@@ -267,15 +277,19 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
             for n in ("batch_size", "decode_interval", "overlap", "crossfade_ms"))
         seed = _seed(v["seed"], key, fam)
     with gr.Accordion("Autoregressive engine", open=fam.autoregressive,
-                      elem_id=f"{key}-ar-engine") as engine, gr.Row():
-        kv_cache = _dropdown("kv_cache", v["kv_cache"], key, fam)
-        batching, graphs = (_checkbox(n, v[n], key, fam)
-                            for n in ("continuous_batching", "cuda_graphs"))
-        temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
+                      elem_id=f"{key}-ar-engine") as engine:
+        with gr.Row():
+            kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
+            mixed_prefill = _slider("mixed_prefill", v["mixed_prefill"], key, fam)
+            batching, graphs, prefix_cache = (
+                _checkbox(n, v[n], key, fam)
+                for n in ("continuous_batching", "cuda_graphs", "prefix_cache"))
+        with gr.Row():
+            temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
-                  decode_interval, overlap, crossfade, seed, kv_cache, batching, graphs,
-                  temperature, top_p, note, engine)
+                  decode_interval, overlap, crossfade, seed, kv_cache, kv_dtype, mixed_prefill,
+                  batching, graphs, prefix_cache, temperature, top_p, note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")

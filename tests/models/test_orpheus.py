@@ -243,6 +243,22 @@ def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):
     assert md.index("## Open loop: Poisson arrivals") < md.index("## Simultaneous start")
 
 
+def test_benchmark_measures_a_cloned_voice_with_and_without_its_prefix_cached(tmp_path):
+    bench = load_streams_benchmark()
+    result = bench.main(["--smoke", "--prefix-cache", "both", "--reference-tokens", "32",
+                         "--out", str(tmp_path)])
+    rows = result["open_loop"]["rows"]
+    assert [(r["rate"], r["prefix_cache"]) for r in rows] == [
+        (5, False), (5, True), (20, False), (20, True)]
+    off, on = rows[:2]
+    assert off["cached_tokens_per_request"] == 0
+    assert on["cached_tokens_per_request"] > 32  # the reference and the voice's name
+    assert (on["prefill_tokens_per_request"] + on["cached_tokens_per_request"]
+            == off["prefill_tokens_per_request"])
+    md = (tmp_path / "orpheus_streams_smoke.md").read_text()
+    assert "| 5 | off |" in md and "| 5 | on |" in md
+
+
 def slowed(tts: TokenTTS, monkeypatch, seconds: float) -> TokenTTS:
     """Every step takes `seconds` longer, as on a busy server."""
     step = tts.step
