@@ -13,7 +13,7 @@ import torch
 
 from lab.engine import GraphedDecoder, StaticKVCache
 from lab.engine.engine import EngineConfig, LLMEngine
-from lab.engine.request import SamplingParams
+from tests.engine.conftest import serve_staggered
 
 PROMPTS = [[3, 1, 4, 1, 5], [2, 7], list(range(1, 31)), [1, 8, 2], [6, 6, 6, 6, 6, 6, 6, 6, 6]]
 LENGTHS = [6, 24, 10, 16, 9]
@@ -25,17 +25,7 @@ def _serve(lm, **config) -> tuple[list[list[int]], LLMEngine]:
     four chunks of 8) are carried by decode steps when `mixed_prefill` is set."""
     engine = LLMEngine(lm, EngineConfig(n_slots=3, max_len=64, prefill_chunk=6,
                                         prefill_budget=12, **config))
-    ids: list[str] = []
-    step = 0
-    while len(ids) < len(PROMPTS) or engine.has_unfinished():
-        for i, due in enumerate(ARRIVALS):
-            if due == step:
-                greedy = SamplingParams(temperature=0.0, repetition_penalty=1.3,
-                                        max_tokens=LENGTHS[i])
-                ids.append(engine.add_request(PROMPTS[i], greedy))
-        engine.step()
-        step += 1
-    return [engine.release(i).output_ids for i in ids], engine
+    return serve_staggered(engine, PROMPTS, LENGTHS, ARRIVALS), engine
 
 
 @pytest.mark.parametrize("mode", ["eager", "default"])

@@ -9,6 +9,7 @@ import torch
 
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.request import RequestError, SamplingParams
+from tests.engine.conftest import serve_staggered
 
 VOICE = [9, 4, 7, 7, 2, 11, 5, 3, 8, 1]  # what every prompt to one voice starts with
 PROMPTS = [VOICE + [3, 1, 4], VOICE + [2], VOICE[:4] + [6, 6], VOICE + [5, 9, 2, 6, 5, 3, 5], VOICE]
@@ -19,19 +20,8 @@ ARRIVALS = [0, 0, 2, 4, 7]
 def _serve(lm, prefixes=(), **config) -> tuple[list[list[int]], LLMEngine]:
     engine = LLMEngine(lm, EngineConfig(n_slots=3, max_len=64, prefill_chunk=4,
                                         prefill_budget=8, **config))
-    kept = [engine.cache_prefix(p) for p in prefixes]
-    ids: list[str] = []
-    step = 0
-    while len(ids) < len(PROMPTS) or engine.has_unfinished():
-        for i, due in enumerate(ARRIVALS):
-            if due == step:
-                greedy = SamplingParams(temperature=0.0, repetition_penalty=1.3,
-                                        max_tokens=LENGTHS[i])
-                ids.append(engine.add_request(PROMPTS[i], greedy))
-        engine.step()
-        step += 1
-    engine.kept = kept
-    return [engine.release(i).output_ids for i in ids], engine
+    engine.kept = [engine.cache_prefix(p) for p in prefixes]
+    return serve_staggered(engine, PROMPTS, LENGTHS, ARRIVALS), engine
 
 
 @pytest.mark.parametrize(("mode", "mixed"), [("eager", 0), ("default", 0), ("default", 4)])
