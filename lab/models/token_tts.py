@@ -223,7 +223,7 @@ class TokenTTS:
         """
         rid = self.submit(text, voice, sampling, meter)
         utt = self.utterances[rid]
-        seen = self.n_steps if share else -1
+        seen = self.n_steps
         try:
             while utt.pending or utt.done is None:
                 if not utt.pending and (not share or seen == self.n_steps):
