@@ -199,7 +199,7 @@ class LLMEngine:
         for chunk in chunks:
             self.scheduler.prefilled(chunk)
             self.stats.prefill_tokens += chunk.stop - chunk.start
-            if chunk.start == chunk.request.n_cached:
+            if chunk.starts_prompt:
                 self.stats.cached_prefix_tokens += chunk.start
         if completed:
             ready = list(completed)

@@ -81,7 +81,7 @@ class ModelRunner:
                                      key_buckets=key_buckets, kv_dtype=kv_dtype,
                                      prefill_tokens=mixed_prefill)
         self.cache, self.decoder = self.kv.cache, self.kv.decoder
-        self.kv_cache, self.prefixes = kv_cache, PrefixStore()
+        self.prefixes = PrefixStore()
         self.notes: list[str] = []
         self.seen = torch.zeros(n_slots, cfg.vocab_size, dtype=torch.bool, device=self.device)
         self.last_token = torch.zeros(n_slots, dtype=torch.long, device=self.device)
@@ -107,7 +107,7 @@ class ModelRunner:
         if not chunks:
             return {}
         for chunk in chunks:
-            if chunk.start == chunk.request.n_cached:
+            if chunk.starts_prompt:
                 self._begin(chunk.request)
         return self.kv.prefill(chunks)
 
@@ -116,7 +116,7 @@ class ModelRunner:
         their K/V for requests that start with them (see `prefix`). Returns the tokens kept: 0
         where the cache mode cannot keep them, which the fallbacks then say."""
         if not self.kv.keeps_prefixes:
-            note = (f"the prefix cache needs the static KV cache; kv_cache={self.kv_cache} "
+            note = (f"the prefix cache needs the static KV cache; kv_cache={self.kv.mode} "
                     "prefills every prompt whole")
             if note not in self.notes:
                 self.notes.append(note)
@@ -138,7 +138,7 @@ class ModelRunner:
                             ) -> tuple[dict[Request, torch.Tensor], torch.Tensor]:
         """`decode` and `prefill([chunk])` in one forward: (completed prompts' last-token
         logits, the decode logits). Needs `carried_prefill` >= the chunk's length."""
-        if chunk.start == chunk.request.n_cached:
+        if chunk.starts_prompt:
             self._begin(chunk.request)
         return self.kv.decode_with_prefill(requests, n_rows, self.last_token, chunk)
 

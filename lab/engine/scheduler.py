@@ -52,6 +52,11 @@ class PrefillChunk:
         return self.request.prompt_ids[self.start:self.stop]
 
     @property
+    def starts_prompt(self) -> bool:
+        """The request's first chunk: its prompt from just past any stored prefix."""
+        return self.start == self.request.n_cached
+
+    @property
     def completes_prompt(self) -> bool:
         return self.stop == len(self.request.prompt_ids)
 
