@@ -5,7 +5,9 @@
 In one run, on the same sentences (drawn with a seed from the lab's sentence sets):
 
 1. Status quo: the preset's pipeline in this process streams the sentences one at a time,
-   with no server, so its rows are what the lab offered before it could serve.
+   with no server, so its rows are what the lab offered before it could serve. With
+   `--in-process-rates`, the same pipeline then takes Poisson arrivals without a server (one
+   thread per request), so the gap to the served rows at the same rate is what HTTP costs.
 2. `lab serve --preset P --port 0` starts in a child process on 127.0.0.1 with its threads
    pinned, and loads and warms its own pipeline.
 3. `lab loadtest`'s client (`lab.bench.loadtest`) runs the closed-loop sweep (N streams in
@@ -29,13 +31,16 @@ import os
 import shlex
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
 import httpx
 import yaml
+from tqdm import tqdm
 
-from lab.bench.load_report import RequestRecord, summarize, table_rows
+from lab.bench.arrivals import open_loop, poisson_arrivals
+from lab.bench.load_report import PointSummary, RequestRecord, summarize, table_rows
 from lab.bench.loadtest import LoadPlan, SpeechTarget, draw_texts, run_load
 from lab.bench.playback import Timeline
 from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
@@ -58,25 +63,64 @@ NOTES = [
 ]
 
 
-def status_quo(cfg: PipelineConfig, plan: LoadPlan) -> tuple[list[RequestRecord], float]:
-    """The sentences streamed one at a time through an in-process pipeline, timed as the
-    load generator times a request, so its rows compare with the served ones; and the wall
-    time they took."""
+def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
+               ) -> tuple[list[PointSummary], list[RequestRecord]]:
+    """The preset's pipeline in this process, no server, on the same sentences, timed as the
+    load generator times a request so its rows compare with the served ones.
+
+    First the sentences one at a time (what the lab offered before it could serve), then,
+    for each of `rates`, the open-loop Poisson point with each request streamed from its own
+    thread: the pipeline's worker under the server's load shape without HTTP, so the gap
+    between these rows and the served ones is what the server itself costs.
+    """
     pipe = Pipeline(cfg)
-    records = []
-    start = time.perf_counter()
     try:
-        for text in draw_texts(plan.texts, plan.requests, plan.seed):
-            if time.perf_counter() >= start + plan.duration_s:
-                break
-            records.append(_one_in_process(pipe, text))
+        records, wall_s = _one_at_a_time(pipe, plan)
+        rows = [summarize(records, "in-process", 1, wall_s)]
+        for rate in rates:
+            point, wall_s = _open_in_process(pipe, plan, rate)
+            rows.append(summarize(point, "in-process open", rate, wall_s))
+            records += point
     finally:
         pipe.close()
+    return rows, records
+
+
+def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord], float]:
+    records = []
+    start = time.perf_counter()
+    for text in draw_texts(plan.texts, plan.requests, plan.seed):
+        if time.perf_counter() >= start + plan.duration_s:
+            break
+        records.append(_one_in_process(pipe, text, time.perf_counter(), "in-process", 1))
     return records, time.perf_counter() - start
 
 
-def _one_in_process(pipe: Pipeline, text: str) -> RequestRecord:
-    timeline, due, error = Timeline(), time.perf_counter(), None
+def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float
+                     ) -> tuple[list[RequestRecord], float]:
+    """One open-loop point against the pipeline: the load generator's arrivals and sentences,
+    each request on a thread of its own, as the server gives each request a pulling thread."""
+    offsets = poisson_arrivals(rate, plan.requests, plan.duration_s, plan.seed)
+    texts = iter(draw_texts(plan.texts, plan.requests, plan.seed))
+    records: list[RequestRecord] = []
+    origin = time.perf_counter()
+    bar = tqdm(total=len(offsets), desc=f"in-process open {rate:g}", unit="req")
+    with ThreadPoolExecutor(max_workers=max(1, len(offsets))) as pool:
+        async def send(due: float) -> None:
+            loop = asyncio.get_running_loop()
+            records.append(await loop.run_in_executor(
+                pool, _one_in_process, pipe, next(texts), due, "in-process open", rate))
+            bar.update(1)
+
+        asyncio.run(open_loop(offsets, send))
+    bar.close()
+    return records, time.perf_counter() - origin
+
+
+def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
+                    load: float) -> RequestRecord:
+    timeline, error = Timeline(), None
+    started = time.perf_counter()
     try:
         for chunk in pipe.stream(text):
             timeline.add(time.perf_counter(), len(chunk.audio) / chunk.sample_rate,
@@ -84,7 +128,7 @@ def _one_in_process(pipe: Pipeline, text: str) -> RequestRecord:
     except Exception as err:  # a failed request is a row's error count, as over HTTP
         error = type(err).__name__
     return RequestRecord(
-        shape="in-process", load=1, chars=len(text), due_s=0.0, lag_s=0.0,
+        shape=shape, load=load, chars=len(text), due_s=0.0, lag_s=started - due,
         ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
         audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
         margin_s=timeline.margin_s(), error=error)
@@ -142,7 +186,7 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
     cfg = load_preset(args.preset, **{key: yaml.safe_load(value) for key, value in
                                       (pair.split("=", 1) for pair in args.set)})
     with pinned_threads(args.threads) as threads:
-        local, local_wall_s = status_quo(cfg, plan)
+        local_rows, local = status_quo(cfg, plan, args.in_process_rates)
     server = serve(args.preset, args.set, threads, args.slots, args.queue)
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
@@ -155,7 +199,7 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
     if loaded.warmup_errors and not loaded.rows:
         raise RuntimeError(f"every warm-up request failed ({', '.join(loaded.warmup_errors)}); "
                            "nothing was measured")
-    rows = [summarize(local, "in-process", 1, local_wall_s), *loaded.rows]
+    rows = [*local_rows, *loaded.rows]
     row_dicts = [asdict(r) for r in rows]
     meta = run_meta(command=f"python {shlex.join(sys.argv)}", preset=args.preset,
                     overrides=" ".join(args.set), threads=threads,
@@ -164,10 +208,16 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
     return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
                                                                 "fallbacks")},
             "baseline": "the in-process row: the preset's pipeline in this process, one "
-                        "request at a time, no server, the same sentences",
+                        "request at a time, no server, the same sentences"
+                        + ("; the in-process open rows: the same pipeline under the same "
+                           "Poisson arrivals without HTTP" if args.in_process_rates else ""),
             "anomalies": anomalies_of(row_dicts), "notes": NOTES, "rows": row_dicts,
             "table": table_rows(rows),
             "requests": [asdict(r) for r in [*local, *loaded.records]]}
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    return tuple(float(r) for r in text.split(",") if r)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -178,6 +228,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rates", default="0.25,0.5,1,2",
                         help="Poisson arrivals per second (the default voice on 2 CPU cores "
                              "serves about one short sentence a second)")
+    parser.add_argument("--in-process-rates", type=_rates, default=(),
+                        help="also these Poisson rates against the pipeline in this process, "
+                             "without the server (what HTTP adds is the difference)")
     parser.add_argument("--requests", type=int, default=32, help="most requests per point")
     parser.add_argument("--duration", type=float, default=60.0, help="most seconds per point")
     parser.add_argument("--timeout", type=float, default=120.0)
@@ -201,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         write(json.loads((args.out / f"{args.stem}.json").read_text()), args.out, args.stem)
         return
     plan = LoadPlan(tuple(int(c) for c in args.concurrency.split(",") if c),
-                    tuple(float(r) for r in args.rates.split(",") if r), args.requests,
+                    _rates(args.rates), args.requests,
                     args.duration, tuple(args.texts.split(",")), args.seed, args.warmup)
     result = measure(args, plan)
     write(result, args.out, args.stem)

@@ -91,6 +91,8 @@ class PipelineConfig:
     many streams (see `lab.engine.engine.EngineConfig` and `lab.engine.prefix`): K/V stored
     in fp8, prompt chunks of up to `mixed_prefill` tokens carried inside decode steps, and the
     tokens every prompt to a voice shares prefilled once at load and copied.
+    `codec_side_stream` decodes codec windows on a second CUDA stream, so the next decode step
+    runs while they decode instead of after them.
     """
 
     family: str = "piper-vits"
@@ -110,6 +112,7 @@ class PipelineConfig:
     kv_dtype: str = "auto"
     mixed_prefill: int = 0
     prefix_cache: bool = False
+    codec_side_stream: bool = False
     continuous_batching: bool = True
     seed: int = 0
     noise_scale: float | None = None

@@ -233,7 +233,7 @@ class Pipeline:
         timer, index = meter.timer, 0
         for i, (unit, seed) in enumerate(zip(units, self._seeds(len(units)), strict=True)):
             if i:
-                yield AudioChunk(self._gap(), index, timer.since_start(), self.sample_rate)
+                yield AudioChunk(self._gap(), index, timer.host_ms(), self.sample_rate)
                 index += 1
             pieces = self.backend.stream(unit, seed, meter)
             try:
@@ -241,7 +241,7 @@ class Pipeline:
                     if piece is None:
                         yield None  # the worker's turn passes to the other streams
                     elif len(piece):
-                        yield AudioChunk(piece, index, timer.since_start(), self.sample_rate)
+                        yield AudioChunk(piece, index, timer.host_ms(), self.sample_rate)
                         index += 1
             finally:
                 pieces.close()

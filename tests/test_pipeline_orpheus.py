@@ -105,7 +105,7 @@ def test_memory_facts_tell_each_kv_cache_mode_truthfully(greedy_by_cache):
 def greedy_by_serving_knobs():
     """The tiny Orpheus pipeline, greedy, plain and with each serving knob of the engine."""
     knobs = {"plain": {}, "prefix": {"prefix_cache": True}, "mixed": {"mixed_prefill": 8},
-             "fp8": {"kv_dtype": "fp8-e4m3"}}
+             "fp8": {"kv_dtype": "fp8-e4m3"}, "side": {"codec_side_stream": True}}
     return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
                                        sampling={"temperature": 0.0, "max_tokens": 42}))
             for name, extra in knobs.items()}
@@ -138,3 +138,17 @@ def test_fp8_kv_storage_acts_through_the_pipeline(greedy_by_serving_knobs):
     before = pipe.backend.tts.engine.stats.generated
     pipe.synthesize_batch(TEXTS)  # greedy noise may stop at once: count tokens, not audio
     assert pipe.backend.tts.engine.stats.generated > before
+
+
+def test_codec_side_stream_reaches_the_decoder_and_says_where_it_cannot_act(
+        greedy_by_serving_knobs):
+    pipe, plain = greedy_by_serving_knobs["side"], greedy_by_serving_knobs["plain"]
+    on_gpu = pipe.device.type == "cuda"
+    assert (pipe.backend.tts.decoder._side is not None) == on_gpu
+    notes = [n for n in pipe.fallbacks if "codec side stream" in n]
+    assert notes == ([] if on_gpu else [
+        "a codec side stream needs a CUDA device; the codec is on cpu and decodes between "
+        "decode steps"])
+    assert not any("codec side stream" in n for n in plain.fallbacks)
+    ours, theirs = pipe.synthesize(TEXTS[1]), plain.synthesize(TEXTS[1])
+    np.testing.assert_allclose(ours.audio, theirs.audio, atol=1e-4)

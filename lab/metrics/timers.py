@@ -20,6 +20,7 @@ class StageTimer:
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.cuda = torch.device(device).type == "cuda"
         self._events: list[tuple[str, object, object]] = []
+        self._host_origin = time.perf_counter()
         self._origin = self._mark()
         self._marks: dict[str, object] = {}
 
@@ -59,6 +60,13 @@ class StageTimer:
         for name, start, end in self._events:
             totals[name] = totals.get(name, 0.0) + self._elapsed_ms(start, end)
         return totals
+
+    def host_ms(self) -> float:
+        """Milliseconds of wall clock since creation, read without synchronizing: for moments
+        the host itself observes, such as a chunk of audio handed out. A device sync there
+        would wait for work queued after that chunk (the next codec window, on a side stream)
+        and stall every other stream on the device."""
+        return (time.perf_counter() - self._host_origin) * 1000.0
 
     def since_start(self, mark: str | None = None) -> float:
         """Milliseconds from the timer's creation to a named mark, or to now."""

@@ -31,8 +31,7 @@ from lab.models.token_backend import (
     LM_PLAN,
     TokenBackend,
     engine_config,
-    sampling_params,
-    stream_window,
+    tts_options,
 )
 from lab.models.token_tts import TokenTTS
 from lab.quant.plan import PrecisionReport, apply_knobs
@@ -99,8 +98,7 @@ def build_tts(cfg: PipelineConfig, device: torch.device, *, n_slots: int | None 
                                          max_len=min(room, lm_cfg.max_seq_len)),
                        logits_processor=AudioTokenConstraint(layout))
     fmt = OrpheusFormat(tokenizer, layout)
-    tts = TokenTTS(engine, codec, fmt, window=stream_window(cfg),
-                   sampling=sampling_params(cfg.sampling, seed=cfg.seed))
+    tts = TokenTTS(engine, codec, fmt, **tts_options(cfg))
     codec.capture(tts.decoder.window.frames)
     if cfg.prefix_cache:
         for voice in VOICES:

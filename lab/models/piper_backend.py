@@ -39,6 +39,8 @@ PIPER_FAMILY = Family(
         **dict.fromkeys(("kv_cache", "kv_dtype", "mixed_prefill", "prefix_cache",
                          "continuous_batching", "sampling"), NOT_AUTOREGRESSIVE),
         "cuda_graphs": "CUDA graphs need fixed shapes, and the voice's durations vary per text",
+        "codec_side_stream": "its vocoder renders each chunk from frames it already has, so "
+                             "there is no next decode step for a side stream to overlap",
         "voice": "the embedded voice has a single speaker",
         "weights": "the embedded voice ships with its real weights only",
     })

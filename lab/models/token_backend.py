@@ -3,8 +3,8 @@ app's config, and a backend base class that runs units through `TokenTTS`.
 
 Orpheus and the lab's own voice differ only in how they load, what a unit is and how long it
 may run; the knobs (`kv_cache`, `kv_dtype`, `mixed_prefill`, `continuous_batching`,
-`compile`, `cuda_graphs`, sampling, `decode_interval`, `overlap`) are translated here once, so
-they act the same on both.
+`compile`, `cuda_graphs`, sampling, `decode_interval`, `overlap`, `codec_side_stream`) are
+translated here once, so they act the same on both.
 """
 
 from __future__ import annotations
@@ -70,6 +70,12 @@ def stream_window(cfg: PipelineConfig) -> StreamWindow:
     return StreamWindow(hop=cfg.decode_interval, left=cfg.overlap, right=cfg.overlap)
 
 
+def tts_options(cfg: PipelineConfig) -> dict:
+    """`TokenTTS`'s streaming and sampling settings from the config, the same for every family."""
+    return {"window": stream_window(cfg), "side_stream": cfg.codec_side_stream,
+            "sampling": sampling_params(cfg.sampling, seed=cfg.seed)}
+
+
 class TokenBackend:
     """Meets `lab.models.backend.Backend` for a family built on `TokenTTS`; a subclass sets
     `family`, builds `tts` and `precision`, and says what a unit is (`prepare`) and how many
@@ -91,7 +97,7 @@ class TokenBackend:
     def fallbacks(self) -> list[str]:
         dummy = [self.family.dummy_warning] if self.config.weights == "dummy" else []
         return [*self.precision.notes, *self.tts.engine.fallbacks, *self.tts.codec.fallbacks,
-                *self.tts.notes, *dummy]
+                *self.tts.decoder.notes, *self.tts.notes, *dummy]
 
     def memory_facts(self) -> dict[str, str]:
         facts = {"KV cache": self.kv_cache.describe()}

@@ -29,8 +29,7 @@ from lab.models.token_backend import (
     LM_PLAN,
     TokenBackend,
     engine_config,
-    sampling_params,
-    stream_window,
+    tts_options,
 )
 from lab.models.token_tts import TokenTTS
 from lab.models.voice_format import (
@@ -124,8 +123,7 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     room = min(cfg.sampling.max_tokens + CACHE_ROOM, lm_cfg.max_seq_len)
     engine = LLMEngine(lm, engine_config(cfg, max_len=room),
                        logits_processor=PhonemeAlignedConstraint(layout))
-    tts = TokenTTS(engine, codec, VoiceFormat(layout), window=stream_window(cfg),
-                   sampling=sampling_params(cfg.sampling, seed=cfg.seed))
+    tts = TokenTTS(engine, codec, VoiceFormat(layout), **tts_options(cfg))
     return tts, report
 
 

@@ -114,6 +114,10 @@ class StreamingDecoder:
         self._touched: set[str] = set()  # streams pushed or closed since the last launch
         use_side = side_stream and codec.device.type == "cuda"
         self._side = torch.cuda.Stream(device=codec.device) if use_side else None
+        self.notes: list[str] = []
+        if side_stream and not use_side:
+            self.notes.append(f"a codec side stream needs a CUDA device; the codec is on "
+                              f"{codec.device.type} and decodes between decode steps")
         self._pending: list[tuple[list[_Job], torch.Tensor, torch.cuda.Event | None]] = []
         self._spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self.decode_calls = 0

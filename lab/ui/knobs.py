@@ -43,6 +43,7 @@ KNOB_FIELDS = (
     "continuous_batching",
     "cuda_graphs",
     "prefix_cache",
+    "codec_side_stream",
     "temperature",
     "top_p",
 )
@@ -65,6 +66,7 @@ LABELS = {
     "kv_dtype": "KV storage",
     "mixed_prefill": "Prompt tokens carried per decode step",
     "prefix_cache": "Voice prefix cache",
+    "codec_side_stream": "Codec on a side CUDA stream",
     "continuous_batching": "Continuous batching",
     "cuda_graphs": "CUDA graphs (decode step)",
     "temperature": "Temperature",
@@ -218,6 +220,7 @@ class Knobs:
     continuous_batching: gr.Checkbox
     cuda_graphs: gr.Checkbox
     prefix_cache: gr.Checkbox
+    codec_side_stream: gr.Checkbox
     temperature: gr.Slider
     top_p: gr.Slider
     note: gr.Markdown
@@ -281,15 +284,17 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
         with gr.Row():
             kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
             mixed_prefill = _slider("mixed_prefill", v["mixed_prefill"], key, fam)
-            batching, graphs, prefix_cache = (
+            batching, graphs, prefix_cache, side_stream = (
                 _checkbox(n, v[n], key, fam)
-                for n in ("continuous_batching", "cuda_graphs", "prefix_cache"))
+                for n in ("continuous_batching", "cuda_graphs", "prefix_cache",
+                          "codec_side_stream"))
         with gr.Row():
             temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
                   decode_interval, overlap, crossfade, seed, kv_cache, kv_dtype, mixed_prefill,
-                  batching, graphs, prefix_cache, temperature, top_p, note, engine)
+                  batching, graphs, prefix_cache, side_stream, temperature, top_p, note,
+                  engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")
