@@ -50,10 +50,16 @@ class Verdict:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+LOSSY_KNOBS = {"dtype": "fp32", "quant": "none", "compile": "none", "kv_dtype": "auto"}
+"""The knobs that may change the sound, at the values a reference takes: K/V stored in fp8
+rounds every attention input, as a cast or quantization rounds the weights."""
+
+
 def reference_config(config: object) -> object:
-    """The same config in fp32 without quantization or compile (a `PipelineConfig`, seed and
-    every other knob kept): what an optimisation must not sound worse than."""
-    return config.replace(dtype="fp32", quant="none", compile="none")
+    """The same config in fp32, unquantized, uncompiled, with K/V in the model's precision (a
+    `PipelineConfig`, seed and every other knob kept): what an optimisation must not sound
+    worse than."""
+    return config.replace(**LOSSY_KNOBS)
 
 
 def paired_waveforms(pipeline: object) -> bool:

@@ -7,9 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lab.config import PipelineConfig
 from lab.frontend import sentence_set
 from lab.quality.score_cache import Scored
-from lab.quality.verdicts import Takes, judge, judge_takes, render_takes, renderer
+from lab.quality.verdicts import (
+    Takes,
+    judge,
+    judge_takes,
+    reference_config,
+    render_takes,
+    renderer,
+)
 
 SNR_DB = 0.0
 
@@ -96,3 +104,11 @@ def test_bad_sentence_lists_are_refused_before_any_work(voice_pipeline, baseline
     shorter = Takes(texts[:5], baseline.audio[:5], baseline.sample_rate)
     with pytest.raises(ValueError, match="different sentences"):
         judge_takes(shorter, baseline, paired_waveforms=False)
+
+
+def test_the_reference_undoes_every_lossy_knob_and_keeps_the_rest():
+    tuned = PipelineConfig(family="ar-voice", dtype="bf16", quant="int8-weight",
+                           compile="default", kv_dtype="fp8-e4m3", mixed_prefill=16, seed=7)
+    ref = reference_config(tuned)
+    assert (ref.dtype, ref.quant, ref.compile, ref.kv_dtype) == ("fp32", "none", "none", "auto")
+    assert (ref.family, ref.mixed_prefill, ref.seed) == ("ar-voice", 16, 7)
