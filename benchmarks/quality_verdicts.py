@@ -13,7 +13,8 @@ CER are judged on paired per-sentence differences with 95% bootstrap intervals (
 inconclusive with the sentences that would settle it); WER and CER show the recogniser's floor,
 its own rate on the baseline. The voice draws its noise from the seed on the CPU, so every
 variant is paired with the baseline waveform, and MCD, PESQ and STOI against it come with
-intervals too. The worst sentences of each row are written as WAV files beside the report.
+intervals too. The worst sentences of each row are written as 16-bit FLAC files beside the
+report.
 
 The baseline's renderings and scores are cached (lab/quality/score_cache.py) under
 `--cache` per (sentences, config, seed); a second run re-scores only the variants.
@@ -92,8 +93,8 @@ def save_worst(report: QualityReport, takes, base, folder: Path) -> dict[int, di
     folder.mkdir(parents=True, exist_ok=True)
     files = {}
     for w in report.worst():
-        pair = {"baseline": folder / f"{w.index + 1:02d}_fp32.wav",
-                "candidate": folder / f"{w.index + 1:02d}_candidate.wav"}
+        pair = {"baseline": folder / f"{w.index + 1:02d}_fp32.flac",
+                "candidate": folder / f"{w.index + 1:02d}_candidate.flac"}
         sf.write(pair["baseline"], base.audio[w.index], base.sample_rate)
         sf.write(pair["candidate"], takes.audio[w.index], takes.sample_rate)
         files[w.index] = {k: str(p) for k, p in pair.items()}
