@@ -228,9 +228,9 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     from lab.pipeline import Pipeline
     from lab.quality.score_cache import ScoreCache
     from lab.quality.verdicts import (
-        LOSSY_KNOBS,
         judge,
         judgeable,
+        lossy_changes,
         paired_waveforms,
         reference_config,
         renderer,
@@ -252,7 +252,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
                     **{k: v for k in ("mos_tolerance", "wer_points", "cer_points")
                        if (v := getattr(args, k)) is not None})
     report = verdict.report
-    changed = [f"{k}={getattr(cfg, k)}" for k in LOSSY_KNOBS if getattr(cfg, k) != getattr(ref, k)]
+    changed = [f"{k}={v}" for k, v in lossy_changes(cfg, ref).items()]
     print(f"{', '.join(changed) or 'the reference config itself'} against fp32 "
           f"(reference {'cached' if verdict.cache_hit else 'rendered and scored'}; "
           + ", ".join(f"{k} {v} s" for k, v in verdict.seconds.items()) + ")\n")

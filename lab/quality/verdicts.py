@@ -62,6 +62,13 @@ def reference_config(config: object) -> object:
     return config.replace(**LOSSY_KNOBS)
 
 
+def lossy_changes(config: object, reference: object) -> dict[str, object]:
+    """The lossy knobs where `config` differs from its reference, with the config's values:
+    what a verdict names as the thing it judged."""
+    return {k: getattr(config, k) for k in LOSSY_KNOBS
+            if getattr(config, k) != getattr(reference, k)}
+
+
 def paired_waveforms(pipeline: object) -> bool:
     """Whether a pipeline's takes would reproduce its reference's waveform but for the
     optimisation, so fidelity to it means something: a voice that draws its noise from the

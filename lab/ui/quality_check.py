@@ -27,6 +27,7 @@ from lab.quality.verdicts import (
     Verdict,
     judge,
     judgeable,
+    lossy_changes,
     paired_waveforms,
     reference_config,
     renderer,
@@ -45,8 +46,7 @@ GAP_S = 0.25
 
 
 def _knobs_changed(cfg: PipelineConfig, ref: PipelineConfig) -> str:
-    changed = [f"{k} {getattr(cfg, k)}" for k in ("dtype", "quant", "compile")
-               if getattr(cfg, k) != getattr(ref, k)]
+    changed = [f"{k} {v}" for k, v in lossy_changes(cfg, ref).items()]
     return ", ".join(changed) if changed else "nothing: this take is the reference config"
 
 

@@ -14,6 +14,7 @@ from lab.quality.verdicts import (
     Takes,
     judge,
     judge_takes,
+    lossy_changes,
     reference_config,
     render_takes,
     renderer,
@@ -112,3 +113,6 @@ def test_the_reference_undoes_every_lossy_knob_and_keeps_the_rest():
     ref = reference_config(tuned)
     assert (ref.dtype, ref.quant, ref.compile, ref.kv_dtype) == ("fp32", "none", "none", "auto")
     assert (ref.family, ref.mixed_prefill, ref.seed) == ("ar-voice", 16, 7)
+    assert lossy_changes(tuned, ref) == {"dtype": "bf16", "quant": "int8-weight",
+                                         "compile": "default", "kv_dtype": "fp8-e4m3"}
+    assert lossy_changes(ref, ref) == {}
