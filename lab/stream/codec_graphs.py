@@ -57,9 +57,10 @@ class CodecGraphs:
     @torch.inference_mode()
     def __call__(self, frames: torch.Tensor) -> torch.Tensor:
         b, f = frames.shape[:2]
-        fits = b <= self.buckets[-1] and self.failure is None
-        bucket = smallest_bucket(self.buckets, b, "batch") if fits else 0
-        entry = self._graph(bucket, f) if fits else None
+        if b > self.buckets[-1] or self.failure is not None:
+            return self.decode(frames)
+        bucket = smallest_bucket(self.buckets, b, "batch")
+        entry = self._graph(bucket, f)
         if entry is None:
             return self.decode(frames)
         graph, out = entry
