@@ -31,7 +31,6 @@ import os
 import shlex
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -47,7 +46,7 @@ from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset
 from lab.metrics.repeats import pinned_threads
 from lab.models.registry import family
-from lab.pipeline import Pipeline
+from lab.pipeline import AudioChunk, Pipeline
 from lab.serve.child import ServeProcess
 from lab.serve.offer import SINGLE_SPEAKER_VOICES
 
@@ -69,8 +68,8 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     load generator times a request so its rows compare with the served ones.
 
     First the sentences one at a time (what the lab offered before it could serve), then,
-    for each of `rates`, the open-loop Poisson point with each request streamed from its own
-    thread: the pipeline's worker under the server's load shape without HTTP, so the gap
+    for each of `rates`, the open-loop Poisson point with every request read on one event
+    loop: the pipeline's worker under the server's load shape without HTTP, so the gap
     between these rows and the served ones is what the server itself costs.
     """
     pipe = Pipeline(cfg)
@@ -87,44 +86,48 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
 
 
 def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord], float]:
-    records = []
+    async def run() -> list[RequestRecord]:
+        records = []
+        for text in draw_texts(plan.texts, plan.requests, plan.seed):
+            if time.perf_counter() >= start + plan.duration_s:
+                break
+            records.append(await _one_in_process(pipe, text, time.perf_counter(), "in-process",
+                                                 1))
+        return records
+
     start = time.perf_counter()
-    for text in draw_texts(plan.texts, plan.requests, plan.seed):
-        if time.perf_counter() >= start + plan.duration_s:
-            break
-        records.append(_one_in_process(pipe, text, time.perf_counter(), "in-process", 1))
+    records = asyncio.run(run())
     return records, time.perf_counter() - start
 
 
 def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float
                      ) -> tuple[list[RequestRecord], float]:
     """One open-loop point against the pipeline: the load generator's arrivals and sentences,
-    each request on a thread of its own, as the server gives each request a pulling thread."""
+    every request read on one event loop, as the server reads them."""
     offsets = poisson_arrivals(rate, plan.requests, plan.duration_s, plan.seed)
     texts = iter(draw_texts(plan.texts, plan.requests, plan.seed))
     records: list[RequestRecord] = []
     origin = time.perf_counter()
     bar = tqdm(total=len(offsets), desc=f"in-process open {rate:g}", unit="req")
-    with ThreadPoolExecutor(max_workers=max(1, len(offsets))) as pool:
-        async def send(due: float) -> None:
-            loop = asyncio.get_running_loop()
-            records.append(await loop.run_in_executor(
-                pool, _one_in_process, pipe, next(texts), due, "in-process open", rate))
-            bar.update(1)
 
-        asyncio.run(open_loop(offsets, send))
+    async def send(due: float) -> None:
+        records.append(await _one_in_process(pipe, next(texts), due, "in-process open", rate))
+        bar.update(1)
+
+    asyncio.run(open_loop(offsets, send))
     bar.close()
     return records, time.perf_counter() - origin
 
 
-def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
-                    load: float) -> RequestRecord:
+async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
+                          load: float) -> RequestRecord:
     timeline, error = Timeline(), None
     started = time.perf_counter()
     try:
-        for chunk in pipe.stream(text):
-            timeline.add(time.perf_counter(), len(chunk.audio) / chunk.sample_rate,
-                         2 * len(chunk.audio))
+        async for item in pipe.astream(text):
+            if isinstance(item, AudioChunk):
+                timeline.add(time.perf_counter(), len(item.audio) / item.sample_rate,
+                             2 * len(item.audio))
     except Exception as err:  # a failed request is a row's error count, as over HTTP
         error = type(err).__name__
     return RequestRecord(

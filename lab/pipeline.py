@@ -13,7 +13,7 @@ import statistics
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -209,6 +209,14 @@ class Pipeline:
         """
         meter = self._meter()
         return (yield from self._worker.stream(lambda: self._streamed(text, meter), cancel))
+
+    async def astream(self, text: str, cancel: threading.Event | None = None
+                      ) -> AsyncIterator[AudioChunk | Synthesis]:
+        """`stream` for a caller on an event loop (the server): each chunk as it is decoded,
+        then the whole Synthesis as the last item. No thread waits on the worker for it."""
+        meter = self._meter()
+        async for item in self._worker.astream(lambda: self._streamed(text, meter), cancel):
+            yield item
 
     def _streamed(self, text: str, meter: RequestMeter) -> Generator[AudioChunk, None, Synthesis]:
         """The stream itself, run on the worker thread."""

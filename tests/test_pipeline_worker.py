@@ -1,6 +1,7 @@
 """One worker owns each pipeline: concurrent requests share it without losing or mixing audio,
 fallbacks are read live, and a listener who leaves frees what their request held."""
 
+import asyncio
 import threading
 
 import numpy as np
@@ -11,8 +12,8 @@ import lab.engine.graphs as graphs
 from lab.config import ConfigError, load_preset
 from lab.metrics.repeats import pinned_threads
 from lab.models.orpheus_format import AudioTokenConstraint
-from lab.pipeline import Pipeline, drain
-from lab.worker import Cancelled
+from lab.pipeline import AudioChunk, Pipeline, Synthesis, drain
+from lab.worker import Cancelled, Worker
 
 TEXTS = ["One small request.", "Another one, a little longer.", "A third. In two sentences."]
 
@@ -104,6 +105,65 @@ def test_a_cancel_event_set_from_another_thread_ends_the_stream_and_frees_its_sl
     assert orpheus.synthesize(TEXTS[0]).audio.size > 0
     tts = orpheus.backend.tts
     assert not tts.engine.has_unfinished() and not tts.utterances
+
+
+def test_an_event_loop_reads_streams_with_the_audio_of_the_blocking_stream(orpheus):
+    """The server's path: two streams read on one event loop get their chunks, then the whole
+    Synthesis last, with the audio the blocking stream gives; one closed early frees its
+    slot."""
+    alone = {t: drain(orpheus.stream(t))[1].audio for t in TEXTS[:2]}
+
+    async def read(text: str) -> tuple[list, object]:
+        items = [item async for item in orpheus.astream(text)]
+        return items[:-1], items[-1]
+
+    async def leave_early() -> None:
+        stream = orpheus.astream(TEXTS[2])
+        assert isinstance(await anext(stream), AudioChunk)
+        await stream.aclose()
+
+    async def serve():
+        return await asyncio.gather(*(read(t) for t in TEXTS[:2]), leave_early())
+
+    *results, _ = asyncio.run(serve())
+    for text, (chunks, synthesis) in zip(TEXTS[:2], results, strict=True):
+        assert chunks and all(isinstance(c, AudioChunk) for c in chunks)
+        assert isinstance(synthesis, Synthesis)
+        np.testing.assert_array_equal(synthesis.audio, alone[text])
+        np.testing.assert_array_equal(np.concatenate([c.audio for c in chunks]), alone[text])
+    assert orpheus.synthesize(TEXTS[0]).audio.size > 0
+    tts = orpheus.backend.tts
+    assert not tts.engine.has_unfinished() and not tts.utterances
+
+
+def test_a_stream_whose_event_loop_has_closed_does_not_stop_the_worker():
+    """A reader's loop can close with its stream unfinished (asyncio.run returning, a server
+    shutting down). The worker then has nowhere to hand the stream's end; it must drop it and
+    go on serving, not die and leave every later caller waiting."""
+
+    class Owner:
+        def run(self, texts, context):
+            return [t.upper() for t in texts]
+
+    owner, loop_closed = Owner(), threading.Event()
+    worker = Worker("test-worker", owner.run)
+
+    def stream():
+        yield 1
+        loop_closed.wait(10)
+        yield 2
+
+    async def read_one():
+        return await anext(worker.astream(stream))
+
+    assert asyncio.run(read_one()) == 1
+    loop_closed.set()
+    answer: list = []
+    caller = threading.Thread(target=lambda: answer.append(worker.batch(["later"], None)))
+    caller.start()
+    caller.join(timeout=10)
+    assert answer == [["LATER"]]
+    worker.close()
 
 
 def test_per_request_counts_travel_with_the_request(orpheus):

@@ -109,11 +109,12 @@ class GraphedDecoder:
                 self._fall_back(f"CUDA graphs need a CUDA device; the cache is on {dev.type}")
             else:
                 self.fallbacks.append(f"{mode}: no CUDA device, compiled code runs uncaptured")
-        elif self._captures:
+        elif self.captures:
             self._pool = torch.cuda.graph_pool_handle()
 
     @property
-    def _captures(self) -> bool:
+    def captures(self) -> bool:
+        """True where steps replay as CUDA graphs (a capture that fails turns this off)."""
         return self.mode != "eager" and self.device.type == "cuda"
 
     @property
@@ -166,7 +167,7 @@ class GraphedDecoder:
         if shape in self._ready or self.mode == "eager":
             return
         try:
-            if self._captures:
+            if self.captures:
                 self._graphs[shape] = self._capture(*shape)
             else:
                 self._run_padded(*shape)

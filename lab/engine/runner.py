@@ -3,8 +3,9 @@
 The runner owns the device state of serving: what each slot keeps between steps (its
 `kv_cache` mode, see `kv_modes`: static K/V rows, in the model's dtype or fp8 (`kv_dtype`), with
 an eager, graphed or compiled decode step; growing K/V; or only token ids), each slot's newest
-token and a per-slot mask of tokens already seen (for the repetition penalty). It never
-decides who runs; the scheduler does.
+token and a per-slot mask of tokens already seen (for the repetition penalty). Sampling goes
+through `SlotSampler`, replayed as a CUDA graph wherever the decode step is. It never decides
+who runs; the scheduler does.
 
 Nothing here waits for the device. A sampled token goes straight into its slot's entry of
 `last_token`, which is the next decode step's input, and reaches the host through a pinned copy
@@ -27,8 +28,10 @@ from lab.engine.kv_dtype import KV_DTYPES
 from lab.engine.kv_modes import KV_MODES
 from lab.engine.prefix import PrefixStore
 from lab.engine.request import Request
-from lab.engine.sampler import Candidates, SamplingBatch, sample
+from lab.engine.sampler import Candidates
 from lab.engine.scheduler import PrefillChunk
+from lab.engine.slot_sampler import SlotSampler
+from lab.engine.slots import default_buckets
 from lab.engine.transfer import to_device
 
 LogitsProcessor = Callable[[torch.Tensor, list[Request], torch.Tensor],
@@ -83,8 +86,15 @@ class ModelRunner:
         self.cache, self.decoder = self.kv.cache, self.kv.decoder
         self.prefixes = PrefixStore()
         self.notes: list[str] = []
-        self.seen = torch.zeros(n_slots, cfg.vocab_size, dtype=torch.bool, device=self.device)
-        self.last_token = torch.zeros(n_slots, dtype=torch.long, device=self.device)
+        # One row past the slots: the scratch row that padded sampling rows write.
+        self.seen = torch.zeros(n_slots + 1, cfg.vocab_size, dtype=torch.bool,
+                                device=self.device)
+        self.last_token = torch.zeros(n_slots + 1, dtype=torch.long, device=self.device)
+        decoder = self.kv.decoder
+        self.sampler = SlotSampler(
+            self.seen, self.last_token,
+            default_buckets(n_slots) if decoder is None else decoder.buckets,
+            static=decoder is not None and decoder.captures)
         # Index assignment from a Python scalar copies it host->device and waits for the
         # device; a device-resident True does not.
         self._true = torch.ones((), dtype=torch.bool, device=self.device)
@@ -92,7 +102,7 @@ class ModelRunner:
 
     @property
     def fallbacks(self) -> list[str]:
-        return [*self.kv.fallbacks, *self.notes]
+        return [*self.kv.fallbacks, *self.sampler.fallbacks, *self.notes]
 
     def warmup(self) -> None:
         """Capture or compile every decode bucket now, so no request pays for it later."""
@@ -176,19 +186,12 @@ class ModelRunner:
         The tokens become their slots' next decode input and are marked seen on the device;
         the host gets them from the returned PendingTokens.
         """
-        slots = to_device([r.slot for r in requests], torch.long, self.device)
         shortlist = None
         if self.logits_processor is not None:
+            slots = to_device([r.slot for r in requests], torch.long, self.device)
             edited = self.logits_processor(logits, requests, self.last_token[slots])
             shortlist = edited if isinstance(edited, Candidates) else None
             logits = logits if shortlist is not None else edited
-        seen = None
-        if any(r.sampling.repetition_penalty != 1.0 for r in requests):
-            seen = self.seen[slots] if shortlist is None else self.seen[slots[:, None],
-                                                                        shortlist.ids]
-        batch = SamplingBatch.from_requests(requests, self.device)
-        tokens = sample(logits, batch, seen, shortlist)
-        self.seen[slots, tokens] = self._true
-        self.last_token[slots] = tokens
+        tokens = self.sampler(requests, logits, shortlist)
         self.kv.record(requests, tokens)
         return PendingTokens(requests, tokens)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from lab.engine.request import Request
+from lab.engine.transfer import to_device
 
 TOPK_CAP = 1024
 """Rows with 0 < top_k <= TOPK_CAP select candidates with one top-k of this fixed size instead of
@@ -48,17 +49,27 @@ class SamplingBatch:
     @classmethod
     def from_requests(cls, requests: list[Request], device: torch.device | str) -> SamplingBatch:
         """Gather settings and draw each request's next uniform (advancing its stream)."""
-        params = [r.sampling for r in requests]
-        host = torch.tensor(
-            [[r.sampling.temperature, r.sampling.top_p, r.sampling.top_k,
-              r.sampling.repetition_penalty, r.next_uniform()] for r in requests],
-            dtype=torch.float64)
-        if torch.device(device).type == "cuda":
-            host = host.pin_memory().to(device, non_blocking=True)
-        cheap = [0 < p.top_k <= TOPK_CAP for p in params]
-        return cls(temperature=host[:, 0].float(), top_p=host[:, 1].float(),
-                   top_k=host[:, 2].long(), penalty=host[:, 3].float(), uniforms=host[:, 4],
-                   cheap_topk=cheap)
+        rows = to_device(settings_rows(requests), torch.float64, torch.device(device))
+        return cls.from_rows(rows, [fixed_topk(r) for r in requests])
+
+    @classmethod
+    def from_rows(cls, rows: torch.Tensor, cheap_topk: list[bool]) -> SamplingBatch:
+        """Settings from rows [B, 5] float64 laid out as `settings_rows` writes them."""
+        return cls(temperature=rows[:, 0].float(), top_p=rows[:, 1].float(),
+                   top_k=rows[:, 2].long(), penalty=rows[:, 3].float(), uniforms=rows[:, 4],
+                   cheap_topk=cheap_topk)
+
+
+def fixed_topk(request: Request) -> bool:
+    """Whether the request's candidates come from the fixed-size top-k (`TOPK_CAP`)."""
+    return 0 < request.sampling.top_k <= TOPK_CAP
+
+
+def settings_rows(requests: list[Request]) -> list[list[float]]:
+    """Per request: temperature, top-p, top-k, repetition penalty and its next uniform (which
+    advances its stream). One flat row each, so a batch reaches the device in one copy."""
+    return [[r.sampling.temperature, r.sampling.top_p, r.sampling.top_k,
+             r.sampling.repetition_penalty, r.next_uniform()] for r in requests]
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor | None,

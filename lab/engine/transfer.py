@@ -16,3 +16,12 @@ def to_device(data, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if device.type != "cuda":
         return host
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def copy_from_host(dst: torch.Tensor, data, dtype: torch.dtype) -> None:
+    """Fill the device tensor `dst` from a host list the same way: one pinned, non-blocking
+    copy into memory that a captured graph reads."""
+    host = torch.tensor(data, dtype=dtype)
+    if dst.device.type == "cuda":
+        host = host.pin_memory()
+    dst.copy_(host, non_blocking=True)

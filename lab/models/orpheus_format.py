@@ -207,15 +207,24 @@ class AudioTokenConstraint:
 
     def __init__(self, layout: OrpheusLayout = ORPHEUS, allow_stop: bool = True) -> None:
         self.layout, self.allow_stop = layout, allow_stop
+        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __call__(self, logits: torch.Tensor, requests: list[Request],
                  previous: torch.Tensor | None = None) -> Candidates:
         """Frame positions follow from `n_launched` alone, so `previous` is not needed."""
-        lay, device = self.layout, logits.device
-        index = to_device([r.n_launched % FRAME_CODES for r in requests], torch.long, device)
+        ids, allowed = self._tables.get(logits.device) or self._table(logits.device)
+        index = to_device([r.n_launched % FRAME_CODES for r in requests], torch.long,
+                          logits.device)
+        return Candidates(ids[index], allowed[index])
+
+    def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each frame position's shortlist, built once: a step only looks its rows up."""
+        lay = self.layout
+        index = torch.arange(FRAME_CODES, device=device)
         codes = torch.arange(lay.codebook_size, device=device)
         audio = lay.audio_offset + index[:, None] * lay.codebook_size + codes
         stop = torch.full_like(index, lay.end_of_speech)[:, None]
-        allowed = torch.ones(audio.shape[0], audio.shape[1] + 1, dtype=torch.bool, device=device)
+        allowed = torch.ones(FRAME_CODES, lay.codebook_size + 1, dtype=torch.bool, device=device)
         allowed[:, 0] = (index == 0) & self.allow_stop
-        return Candidates(torch.cat([stop, audio], dim=1), allowed)
+        self._tables[device] = torch.cat([stop, audio], dim=1), allowed
+        return self._tables[device]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
-import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -47,7 +46,7 @@ def create_app(pipeline: Pipeline, options: ServeOptions | None = None) -> FastA
     sampler = TelemetrySampler(interval_s=1.0)
     metrics = ServerMetrics(admission, sampler)
     served = Served(pipeline, Offer.of(pipeline, options.model_name), admission, metrics,
-                    options.deadline_s, anyio.CapacityLimiter(admission.slots))
+                    options.deadline_s)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

@@ -1,9 +1,10 @@
 """One speech request, from its slot to its last byte.
 
-The pipeline's worker thread owns the model; a request reaches it through `Pipeline.stream`,
-so concurrent requests share the worker's continuous batch and keep their own state. Chunks are
-pulled off that stream in a thread (the pull blocks until the worker decodes the next piece)
-and sent as they come, so the first bytes leave while the rest is still being synthesized.
+The pipeline's worker thread owns the model; a request reaches it through `Pipeline.astream`,
+so concurrent requests share the worker's continuous batch and keep their own state. The
+worker hands each chunk straight to the event loop (no thread waits per request, nor switches
+per chunk) and it is sent as it comes, so the first bytes leave while the rest is still being
+synthesized.
 
 The first chunk is awaited before the response starts: a request that fails before any audio
 (out of memory, its deadline, bad text the phonemizer refuses) still gets a proper status and
@@ -24,7 +25,6 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import anyio
 import torch
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -53,11 +53,10 @@ class Served:
     admission: Admission
     metrics: ServerMetrics
     deadline_s: float
-    pulls: anyio.CapacityLimiter
 
 
 class SpeechRun:
-    """The pipeline's stream for one request, pulled from the event loop without blocking it.
+    """The pipeline's stream for one request, read on the event loop.
 
     The deadline sets the stream's cancel event, so the worker stops the job at its next piece
     even while a pull is waiting on it.
@@ -68,7 +67,7 @@ class SpeechRun:
         self.deadline = deadline
         self.expired = False
         self._served = served
-        self._stream = served.pipeline.stream(text, self.cancel)
+        self._stream = served.pipeline.astream(text, self.cancel)
         self._timer = asyncio.get_running_loop().call_later(max(deadline.remaining, 0),
                                                             self._expire)
 
@@ -76,16 +75,10 @@ class SpeechRun:
         self.expired = True
         self.cancel.set()
 
-    def _pull(self) -> AudioChunk | Synthesis:
-        try:
-            return next(self._stream)
-        except StopIteration as done:
-            return done.value
-
     async def next(self) -> AudioChunk | Synthesis:
         """The next chunk, or the whole Synthesis once the stream has ended."""
         try:
-            return await anyio.to_thread.run_sync(self._pull, limiter=self._served.pulls)
+            return await anext(self._stream)
         except Exception as err:
             raise self.failure(err) from err
 
@@ -96,12 +89,12 @@ class SpeechRun:
             return admission.expired(self.deadline, "before the audio was done")
         return describe_failure(err, admission.retry_after_s)
 
-    def close(self) -> None:
-        """Stop the job on the worker (if it still runs); no pull is running when this is
-        called, since a pull shields itself from cancellation until it returns."""
+    async def close(self) -> None:
+        """Stop the job on the worker (if it still runs); no read of the stream is running
+        when this is called."""
         self._timer.cancel()
         self.cancel.set()
-        self._stream.close()
+        await self._stream.aclose()
 
 
 def describe_failure(err: Exception, retry_after_s: int) -> ApiError:
@@ -133,7 +126,7 @@ async def respond(served: Served, body: SpeechRequest, request: Request) -> Resp
         first = await run.next()
     except BaseException:
         if run is not None:
-            run.close()
+            await run.close()
         slot.release()
         raise
     served.metrics.ttfa.observe(time.monotonic() - deadline.start)
@@ -159,7 +152,7 @@ class SpeechResponse(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.run.close()
+            await self.run.close()
             self.slot.release()
             self.served.metrics.count(self.outcome)
             self.served.metrics.note_fallbacks(self.served.pipeline.fallbacks)

@@ -1,0 +1,85 @@
+"""Sampling through fixed, padded buffers (what a CUDA graph replays) gives eager's tokens.
+
+On a machine without CUDA the static path runs uncaptured, which checks the padding, the
+scratch slot and the slot updates; with CUDA the same tests also replay real graphs.
+"""
+
+import pytest
+import torch
+
+from lab.engine.request import Request, SamplingParams
+from lab.engine.sampler import Candidates
+from lab.engine.slot_sampler import SlotSampler
+
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+N_SLOTS, VOCAB, WIDTH = 8, 300, 40
+BUCKETS = (1, 2, 4, 8)
+
+
+def _samplers(device: str) -> tuple[SlotSampler, SlotSampler]:
+    """An eager and a static sampler, each over its own zeroed slot state."""
+    made = []
+    for static in (False, True):
+        seen = torch.zeros(N_SLOTS + 1, VOCAB, dtype=torch.bool, device=device)
+        last = torch.zeros(N_SLOTS + 1, dtype=torch.long, device=device)
+        made.append(SlotSampler(seen, last, BUCKETS, static=static))
+    return made[0], made[1]
+
+
+def _requests(slots: list[int], penalty: float, top_k: int = 40) -> list[Request]:
+    """Seeded requests in the given slots (a fresh copy each call, so both samplers draw the
+    same uniforms)."""
+    made = []
+    for i, slot in enumerate(slots):
+        sampling = SamplingParams(temperature=0.9 if i % 3 else 0.0, top_k=top_k,
+                                  top_p=0.9, repetition_penalty=penalty, seed=100 + slot)
+        request = Request([1, 2], sampling)
+        request.slot = slot
+        made.append(request)
+    return made
+
+
+def _shortlist(n: int, generator: torch.Generator, device: str) -> Candidates:
+    ids = torch.stack([torch.randperm(VOCAB, generator=generator)[:WIDTH].sort().values
+                       for _ in range(n)])
+    allowed = torch.rand(n, WIDTH, generator=generator) > 0.2
+    return Candidates(ids.to(device), allowed.to(device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shortlisted", [False, True])
+def test_padded_sampling_gives_eager_tokens_and_slot_state(device, shortlisted):
+    eager, static = _samplers(device)
+    generator = torch.Generator().manual_seed(0)
+    batches = [[0, 1, 2], [5], [0, 1, 2, 3, 4, 6, 7], [3, 6], [0, 1, 2, 3, 4, 5, 6, 7], [2]]
+    for step, slots in enumerate(batches * 3):
+        logits = (4 * torch.randn(len(slots), VOCAB, generator=generator)).to(device)
+        shortlist = _shortlist(len(slots), generator, device) if shortlisted else None
+        penalty = 1.0 if step % 2 else 1.3
+        want = eager(_requests(slots, penalty), logits, shortlist).tolist()
+        assert static(_requests(slots, penalty), logits, shortlist).tolist() == want
+    for name in ("seen", "last_token"):
+        assert torch.equal(getattr(static, name)[:N_SLOTS], getattr(eager, name)[:N_SLOTS])
+    if device == "cuda":
+        assert len(static.captured) == len(BUCKETS) and not static.fallbacks
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padding_rows_write_only_the_scratch_slot(device):
+    _, static = _samplers(device)
+    static.last_token[:N_SLOTS] = 7
+    tokens = static(_requests([4], 1.3), torch.randn(1, VOCAB, device=device))
+    untouched = [s for s in range(N_SLOTS) if s != 4]
+    assert static.last_token[untouched].tolist() == [7] * len(untouched)
+    assert not static.seen[untouched].any()
+    assert static.seen[4].sum() == 1 and static.seen[4, tokens[0]]
+    assert static.last_token[4] == tokens[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_row_without_the_fixed_size_top_k_samples_eagerly_with_the_same_tokens(device):
+    eager, static = _samplers(device)
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(1)).to(device)
+    want = eager(_requests([0, 1, 2], 1.1, top_k=0), logits).tolist()
+    assert static(_requests([0, 1, 2], 1.1, top_k=0), logits).tolist() == want
+    assert static.captured == []
