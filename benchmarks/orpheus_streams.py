@@ -62,9 +62,9 @@ from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
 from lab.models.orpheus_backend import TINY_SNAC
 from lab.models.orpheus_format import (
     AudioTokenConstraint,
-    ByteTokenizer,
     OrpheusFormat,
     OrpheusLayout,
+    dummy_tokenizer,
 )
 from lab.models.snac_codec import ORPHEUS_WINDOW, SNAC_24KHZ, SnacCodec, build_snac
 from lab.models.token_tts import TokenTTS
@@ -79,20 +79,6 @@ TEXTS = [
     "Streaming speech should start quickly and never stall while it plays.",
     "Our latency budget is three hundred milliseconds to the first sound.",
 ]
-
-
-class SubwordStandIn:
-    """Prompt ids of a realistic length without the real tokenizer: one id per ~4 characters,
-    as Llama-3's BPE averages on English. Dummy weights ignore what the ids mean; the byte
-    tokenizer would make prompts ~4x longer than the real model's and overstate prefill."""
-
-    def __init__(self, bos: int, vocab: int) -> None:
-        self.bos, self.vocab = bos, vocab
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        pieces = [text[i:i + 4] for i in range(0, len(text), 4)]
-        ids = [sum(map(ord, p)) * 7919 % self.vocab for p in pieces]
-        return [self.bos, *ids] if add_special_tokens else ids
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -200,8 +186,7 @@ def build(args, device: torch.device, n_slots: int, max_len: int):
     engine = LLMEngine(lm, EngineConfig(n_slots=n_slots, max_len=max_len,
                                         decode_mode=args.decode_mode,
                                         mixed_prefill=args.mixed_prefill))
-    tokenizer = ByteTokenizer(layout.bos) if args.smoke else SubwordStandIn(layout.bos, 128000)
-    fmt = OrpheusFormat(tokenizer, layout)
+    fmt = OrpheusFormat(dummy_tokenizer(layout), layout)
     if args.reference_tokens:
         fmt = ClonedVoice(fmt, reference_tokens(layout, args.reference_tokens))
     tts = TokenTTS(engine, codec, fmt, window=window_of(args.window),

@@ -20,9 +20,9 @@ from lab.models.orpheus_format import (
     ORPHEUS,
     VOICES,
     AudioTokenConstraint,
-    ByteTokenizer,
     OrpheusFormat,
     OrpheusLayout,
+    dummy_tokenizer,
     load_tokenizer,
 )
 from lab.models.sizing import Plan, Work
@@ -79,7 +79,7 @@ def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int):
                                      seed=cfg.seed),
                           device=device, noise=False, compile_mode=codec_compile, is_dummy=True,
                           **graphs)
-        return lm, lm_cfg, layout, ByteTokenizer(layout.bos), codec
+        return lm, lm_cfg, layout, dummy_tokenizer(layout), codec
     source = DEFAULT_MODEL if cfg.model == "default" else cfg.model
     lm, lm_cfg = load_lm(source, dtype=cfg.dtype, device=device)
     codec = SnacCodec.from_source(HUB_ID, device=device, noise=False, compile_mode=codec_compile,

@@ -78,11 +78,8 @@ ORPHEUS = OrpheusLayout()
 
 
 class ByteTokenizer:
-    """NOT Orpheus' tokenizer: UTF-8 bytes as ids 0..255, for dummy weights only.
-
-    Dummy weights make noise whatever the prompt, so they need only a tokenizer that runs
-    offline and gives a realistic prompt length; the real Llama-3 tokenizer is not bundled.
-    """
+    """NOT Orpheus' tokenizer: UTF-8 bytes as ids 0..255, for dummy weights with a vocabulary
+    too small for subword ids (the tiny test shapes)."""
 
     is_placeholder = True
 
@@ -94,10 +91,35 @@ class ByteTokenizer:
         return [self.bos, *ids] if add_special_tokens else ids
 
 
+class SubwordStandIn:
+    """NOT Orpheus' tokenizer: one id per four characters, as Llama-3's BPE averages on
+    English, for dummy weights of the real shape. Dummy weights make noise whatever the ids
+    mean, but prompt length is prefill work: bytes would make prompts about four times longer
+    than the real model's and overstate what every arrival costs a serving GPU."""
+
+    is_placeholder = True
+
+    def __init__(self, bos: int, vocab: int) -> None:
+        self.bos, self.vocab = bos, vocab
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        pieces = [text[i:i + 4] for i in range(0, len(text), 4)]
+        ids = [sum(map(ord, p)) * 7919 % self.vocab for p in pieces]
+        return [self.bos, *ids] if add_special_tokens else ids
+
+
+def dummy_tokenizer(layout: OrpheusLayout) -> ByteTokenizer | SubwordStandIn:
+    """The stand-in for a layout: subword-length prompts over the text ids below `bos` where
+    the layout has a subword vocabulary (Orpheus' own), bytes in a compact one."""
+    if layout.bos > 256:
+        return SubwordStandIn(layout.bos, layout.bos)
+    return ByteTokenizer(layout.bos)
+
+
 def load_tokenizer(source: str, layout: OrpheusLayout = ORPHEUS):
-    """Orpheus' tokenizer from a local directory or hub id; `"dummy"` gives a ByteTokenizer."""
+    """Orpheus' tokenizer from a local directory or hub id; `"dummy"` gives a stand-in."""
     if source == "dummy":
-        return ByteTokenizer(layout.bos)
+        return dummy_tokenizer(layout)
     try:
         from transformers import AutoTokenizer
 

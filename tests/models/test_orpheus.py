@@ -24,6 +24,7 @@ from lab.models.orpheus_format import (
     OrpheusError,
     OrpheusFormat,
     OrpheusLayout,
+    dummy_tokenizer,
     format_prompt,
     frames_from_tokens,
     load_tokenizer,
@@ -124,6 +125,18 @@ def test_sampling_through_the_shortlist_only_yields_allowed_tokens():
             token == LAYOUT.end_of_speech and i % 7 == 0 and i == len(tokens) - 1
         )
         assert ok, (i, token)
+
+
+def test_dummy_weights_of_the_real_shape_get_prompts_of_subword_length():
+    """Prompt length is prefill work: the stand-in gives one text id per four characters, as
+    BPE does on English, where bytes would give four times as many."""
+    text = "A sentence of about forty-four characters, yes."
+    tokenizer = load_tokenizer("dummy")
+    ids = tokenizer.encode(text)
+    assert tokenizer.is_placeholder and len(ids) == 1 + -(-len(text) // 4)
+    assert ids[0] == ORPHEUS.bos and all(0 <= i < ORPHEUS.bos for i in ids[1:])
+    compact = dummy_tokenizer(OrpheusLayout.compact(16))
+    assert compact.encode("Hi", add_special_tokens=False) == list(b"Hi")
 
 
 def test_tokenizer_loading_fails_clearly_offline(tmp_path):
