@@ -94,9 +94,23 @@ def drain(stream: Generator[AudioChunk, None, Synthesis]) -> tuple[list[AudioChu
             return chunks, done.value
 
 
-def _timing(timer: StageTimer) -> tuple[dict[str, float], float]:
-    """Stage totals and elapsed time, read once: on CUDA each read synchronizes."""
-    return timer.results(), timer.since_start()
+def _timing(timer: StageTimer, mark: str | None = None) -> tuple[dict[str, float], float]:
+    """Stage totals and the time to `mark` (or to now), read once: on CUDA a read waits for
+    the device unless the timer has `settled`."""
+    return timer.results(), timer.since_start(mark)
+
+
+DONE = "done"
+"""The mark a stream sets once its last chunk is out: its total time runs to there."""
+
+
+def _settle(timer: StageTimer) -> Iterator[None]:
+    """Mark the end of a stream, then pass the worker's turn until its timings can be read
+    without waiting: its last span is usually the decode step still in flight, and waiting
+    for it would stall every other stream on the worker for up to a step."""
+    timer.mark(DONE)
+    while not timer.settled():
+        yield None
 
 
 def describe_startup(startup: dict[str, float]) -> str:
@@ -227,11 +241,13 @@ class Pipeline:
             if chunk is not None:
                 chunks.append(chunk)
             yield chunk
+        yield from _settle(timer)
         if not chunks:
             warnings.append(NO_AUDIO)
         audio = np.concatenate([c.audio for c in chunks] or [np.zeros(0, np.float32)])
-        ttfb = chunks[0].elapsed_ms if chunks else timer.since_start()
-        return self._finish(text, audio.astype(np.float32), meter, _timing(timer), ttfb, warnings)
+        ttfb = chunks[0].elapsed_ms if chunks else timer.since_start(DONE)
+        return self._finish(text, audio.astype(np.float32), meter, _timing(timer, DONE), ttfb,
+                            warnings)
 
     def _timed_prepare(self, text: str, timer: StageTimer) -> tuple[list, list[str]]:
         with timer.stage("text_to_tokens"):

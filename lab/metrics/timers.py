@@ -85,6 +85,14 @@ class StageTimer:
         and stall every other stream on the device."""
         return (time.perf_counter() - self._host_origin) * 1000.0
 
+    def settled(self) -> bool:
+        """Whether every stage and mark so far can be read without waiting for the device.
+        Events on one stream complete in order, so the newest span's end stands for all."""
+        if not self.cuda:
+            return True
+        newest = [span.end for _, span in self._events[-1:]]
+        return all(event.query() for event in [*newest, *self._marks.values()])
+
     def since_start(self, mark: str | None = None) -> float:
         """Milliseconds from the timer's creation to a named mark, or to now."""
         end = self._marks[mark] if mark is not None else self._mark()
