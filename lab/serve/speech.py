@@ -59,7 +59,7 @@ class SpeechRun:
     """The pipeline's stream for one request, read on the event loop.
 
     The deadline sets the stream's cancel event, so the worker stops the job at its next piece
-    even while a pull is waiting on it.
+    even while a read of the stream is waiting on it.
     """
 
     def __init__(self, served: Served, text: str, deadline: Deadline) -> None:
