@@ -58,6 +58,7 @@ class SlotSampler:
                  static: bool) -> None:
         self.seen, self.last_token = seen, last_token
         self.scratch = seen.shape[0] - 1
+        self._padding_row = [self.scratch, *PADDING]
         self.buckets, self.static = buckets, static
         self.device = seen.device
         self.fallbacks: list[str] = []
@@ -114,7 +115,7 @@ class SlotSampler:
         buffers = self._buffers.get(key) or self._allocate(key)
         graph = self._graph(key, bucket, buffers)
         rows = [[r.slot, *s] for r, s in zip(requests, settings_rows(requests), strict=True)]
-        copy_from_host(buffers.rows[:bucket], rows + [[self.scratch, *PADDING]] * (bucket - n),
+        copy_from_host(buffers.rows[:bucket], rows + [self._padding_row] * (bucket - n),
                        torch.float64)
         buffers.logits[:n].copy_(logits)
         if shortlist is not None:
@@ -132,7 +133,7 @@ class SlotSampler:
     def _allocate(self, key: tuple) -> _Buffers:
         """Zeroed buffers, so padding rows always hold finite logits and valid token ids."""
         b, (vocab, width, dtype), dev = self.buckets[-1], key, self.device
-        rows = torch.tensor([[self.scratch, *PADDING]] * b, dtype=torch.float64, device=dev)
+        rows = torch.tensor([self._padding_row] * b, dtype=torch.float64, device=dev)
         ids = torch.zeros(b, width, dtype=torch.long, device=dev) if width else None
         allowed = torch.ones(b, width, dtype=torch.bool, device=dev) if width else None
         self._buffers[key] = _Buffers(rows, torch.zeros(b, vocab, dtype=dtype, device=dev), ids,
@@ -172,7 +173,7 @@ class SlotSampler:
     def _capture(self, buffers: _Buffers, bucket: int) -> torch.cuda.CUDAGraph:
         """Warm up and capture on a side stream while the buffers still hold padding rows, so
         the runs that execute touch only the scratch slot."""
-        buffers.rows[:bucket] = torch.tensor([self.scratch, *PADDING], dtype=torch.float64,
+        buffers.rows[:bucket] = torch.tensor(self._padding_row, dtype=torch.float64,
                                              device=self.device)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()

@@ -12,16 +12,17 @@ import torch
 
 def to_device(data, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A host list as a device tensor without stalling the host on queued device work."""
-    host = torch.tensor(data, dtype=dtype)
-    if device.type != "cuda":
-        return host
-    return host.pin_memory().to(device, non_blocking=True)
+    host = _staged(data, dtype, device)
+    return host if device.type != "cuda" else host.to(device, non_blocking=True)
 
 
 def copy_from_host(dst: torch.Tensor, data, dtype: torch.dtype) -> None:
     """Fill the device tensor `dst` from a host list the same way: one pinned, non-blocking
     copy into memory that a captured graph reads."""
+    dst.copy_(_staged(data, dtype, dst.device), non_blocking=True)
+
+
+def _staged(data, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The host side of a copy: pinned where the copy goes to a GPU."""
     host = torch.tensor(data, dtype=dtype)
-    if dst.device.type == "cuda":
-        host = host.pin_memory()
-    dst.copy_(host, non_blocking=True)
+    return host.pin_memory() if device.type == "cuda" else host
