@@ -14,9 +14,9 @@ that is blocked waiting for the next piece can cancel from another thread throug
 `cancel` event (the app's Cancel button); it then gets `Cancelled` instead of a piece.
 Each job runs on the PyTorch thread count of the thread that submitted it.
 
-An asyncio caller (the HTTP server) takes a stream with `astream`: the worker's hand-off then
-wakes the event loop directly, so no thread blocks on each request's queue and a hundred
-streams cost no thread switch per chunk.
+An asyncio caller (the HTTP server) takes a stream with `astream`: the worker hands what a
+round produced to the event loop at the round's end, so no thread blocks on each request's
+queue and a hundred streams cost one wake of the loop per round.
 """
 
 from __future__ import annotations
@@ -46,22 +46,49 @@ class _End:
 
 
 class _LoopQueue:
-    """A job's output queue read by an asyncio task: `put` (from the worker) schedules the item
-    onto the reader's event loop. Once that loop has closed nobody is left to read, and the
-    item is dropped: raising would kill the worker thread that serves everyone else."""
+    """A job's output queue read by an asyncio task. The worker's `put` only notes the item in
+    its outbox; the outbox hands a round's items to each event loop at once (`_Outbox`)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._items: asyncio.Queue = asyncio.Queue()
+    def __init__(self, loop: asyncio.AbstractEventLoop, outbox: _Outbox) -> None:
+        self.loop = loop
+        self.items: asyncio.Queue = asyncio.Queue()
+        self._outbox = outbox
 
     def put(self, item: Any) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
-        except RuntimeError:  # the loop has closed
-            pass
+        self._outbox.add(self, item)
 
     async def get(self) -> Any:
-        return await self._items.get()
+        return await self.items.get()
+
+
+class _Outbox:
+    """What the worker produced for event-loop readers during one round over its streams,
+    handed to each loop in one call at the round's end.
+
+    A round of a hundred streams then wakes a loop once instead of once per chunk, so the
+    loop never interrupts the worker mid-round to take a chunk. Once a loop has closed nobody
+    is left to read, and its items are dropped: raising would kill the worker thread that
+    serves everyone else.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[asyncio.AbstractEventLoop, list[tuple[_LoopQueue, Any]]] = {}
+
+    def add(self, queue_: _LoopQueue, item: Any) -> None:
+        self._held.setdefault(queue_.loop, []).append((queue_, item))
+
+    def flush(self) -> None:
+        held, self._held = self._held, {}
+        for loop, items in held.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the loop has closed
+                pass
+
+
+def _deliver(items: list[tuple[_LoopQueue, Any]]) -> None:
+    for queue_, item in items:
+        queue_.items.put_nowait(item)
 
 
 @dataclass
@@ -104,6 +131,7 @@ class Worker:
         self._inbox: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._outbox = _Outbox()
 
     def _ensure_running(self) -> None:
         with self._lock:
@@ -137,7 +165,7 @@ class Worker:
         returns, as the last item. Closing the iterator (or cancelling the task reading it)
         cancels the job like closing `stream`."""
         job = StreamJob(start, cancel or threading.Event(),
-                        out=_LoopQueue(asyncio.get_running_loop()))
+                        out=_LoopQueue(asyncio.get_running_loop(), self._outbox))
         self._inbox.put(job)
         self._ensure_running()
         try:
@@ -178,6 +206,7 @@ class Worker:
         while active or not stopping:
             stopping = self._admit(active) or stopping
             active[:] = [job for job in active if self._advance(job)]
+            self._outbox.flush()
         self._exit()
 
     def _exit(self) -> None:

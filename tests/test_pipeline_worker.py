@@ -166,6 +166,46 @@ def test_a_stream_whose_event_loop_has_closed_does_not_stop_the_worker():
     worker.close()
 
 
+def test_the_worker_wakes_an_event_loop_once_per_round_not_once_per_piece():
+    """Three streams of five pieces each, read on one loop: each reader gets its own pieces in
+    order, and once the three are running a round's three pieces come in one wake (18 pieces
+    with the ends would be 18 wakes handed over one by one)."""
+
+    class Owner:
+        def run(self, texts, context):
+            return texts
+
+    worker = Worker("test-worker", Owner().run)
+    wakes = []
+
+    def pieces(name):
+        def start():
+            for i in range(5):
+                yield f"{name}{i}"
+            return f"{name} done"
+        return start
+
+    async def read(name):
+        return [item async for item in worker.astream(pieces(name))]
+
+    async def serve():
+        loop = asyncio.get_running_loop()
+        wake = loop.call_soon_threadsafe
+
+        def counted(*args):
+            wakes.append(args)
+            return wake(*args)
+
+        loop.call_soon_threadsafe = counted
+        return await asyncio.gather(*(read(name) for name in "abc"))
+
+    results = asyncio.run(serve())
+    worker.close()
+    assert results == [[f"{n}{i}" for i in range(5)] + [f"{n} done"] for n in "abc"]
+    assert len(wakes) < 18
+    assert max(len(items) for _, items in wakes) == 3
+
+
 def test_per_request_counts_travel_with_the_request(orpheus):
     one = orpheus.synthesize(TEXTS[0]).metrics
     again = orpheus.synthesize(TEXTS[0]).metrics
