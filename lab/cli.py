@@ -332,8 +332,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from lab.serve.server import listen
 
     cfg = _config(args)
+    keep_alive = {} if args.keep_alive is None else {"keep_alive_s": args.keep_alive}
     options = ServeOptions(slots=args.slots, queue=args.queue, deadline_s=args.deadline,
-                           model_name=Path(str(args.preset)).stem)
+                           model_name=Path(str(args.preset)).stem, **keep_alive)
     if args.replicas is not None:
         _serve_replicas(cfg, options, args)
         return
@@ -482,6 +483,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="requests that may wait for a slot; beyond them 429")
     serve.add_argument("--deadline", type=float, default=300.0,
                        help="seconds a request may take from arrival to its last byte")
+    serve.add_argument("--keep-alive", type=float, default=None,
+                       help="seconds an idle connection stays open (default: 75); keep it "
+                            "above your clients' pool expiry (httpx and openai: 5 s)")
     serve.add_argument("--replicas", type=int, default=None,
                        help="serve from N processes behind Ray Serve's proxy on a local Ray "
                             "cluster: one GPU each where the preset runs on CUDA, else a share "

@@ -54,6 +54,7 @@ class LabServer:
         self.socket = listener or listen()
         self.host, self.port = self.socket.getsockname()[:2]
         config = uvicorn.Config(self.app, log_level=log_level,
+                                timeout_keep_alive=options.keep_alive_s,
                                 timeout_graceful_shutdown=options.deadline_s + GRACE_S)
         self.server = _Server(config, self._drain)
         self._thread: threading.Thread | None = None
