@@ -8,6 +8,8 @@ Rows, each rendering the same sentences (the lab's sets) text in, audio out, one
   voice's own frontend and the voice's length and noise scales: the baseline;
 - `lab fp32`, `lab bf16`: the lab's PyTorch port of the same weights through `Pipeline`
   (one-shot, batch 1, no compile unless `--compile` says so);
+- `lab fp32 compiled`: `lab fp32` with the compile knob at `default` whatever `--compile` says,
+  so one run shows what compiling gives beside the eager row;
 - `hibari`: the Kokoro-distilled ONNX voice of the `hibari-tts` package (its bundled voice and
   its own G2P, so its ids are its own), a voice users pick instead of Piper's.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -86,7 +89,9 @@ def onnxruntime_row(threads: int, compile_mode: str) -> tuple[Render, list[str]]
     return render, []
 
 
-def lab_row(dtype: str) -> Row:
+def lab_row(dtype: str, own_compile: str | None = None) -> Row:
+    """The lab in `dtype`, compiled as `--compile` says, or as `own_compile` when given."""
+
     def build(threads: int, compile_mode: str) -> tuple[Render, list[str]]:
         """The lab as a request runs it; its notes are the pipeline's fallbacks (on a CPU
         without native bf16, that bf16 is emulated)."""
@@ -96,7 +101,8 @@ def lab_row(dtype: str) -> Row:
         from lab.pipeline import Pipeline
 
         torch.set_num_threads(threads)
-        pipe = Pipeline(PipelineConfig(device="cpu", dtype=dtype, compile=compile_mode,
+        pipe = Pipeline(PipelineConfig(device="cpu", dtype=dtype,
+                                       compile=own_compile or compile_mode,
                                        stream=False, batch_size=1))
 
         def render(text: str) -> tuple[np.ndarray, int]:
@@ -125,7 +131,8 @@ def hibari_row(threads: int, compile_mode: str) -> tuple[Render, list[str]]:
 
 
 ROWS: dict[str, Row] = {
-    BASELINE: onnxruntime_row, "lab fp32": lab_row("fp32"), "lab bf16": lab_row("bf16"),
+    BASELINE: onnxruntime_row, "lab fp32": lab_row("fp32"),
+    "lab fp32 compiled": lab_row("fp32", own_compile="default"), "lab bf16": lab_row("bf16"),
     "hibari": hibari_row}
 
 
@@ -227,7 +234,7 @@ def measure(args: argparse.Namespace) -> dict:
     rows = with_ratio([summary(name, r) for name, r in runs.items()])
     path, _ = piper_voice_file()
     return {
-        "meta": run_meta(command="python " + " ".join(sys.argv), threads=args.threads,
+        "meta": run_meta(command="python " + shlex.join(sys.argv), threads=args.threads,
                          repeats=f"{args.rounds} rounds x {args.repeats} passes",
                          sets=args.sets, sentences=len(texts_of(args)),
                          phonemes="espeak-ng, through the voice's frontend"),
@@ -254,6 +261,7 @@ def write(result: dict, out: Path, stem: str) -> None:
     notes = [f"- {r['row']}: {n}" for r in result["rows"] for n in r.get("notes", [])]
     if notes:
         parts += ["What each runtime noted about itself:", "", *notes]
+    parts += [f"\n{note}" for note in result.get("notes", [])]  # hand-written, kept by --render
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
     print("\n".join(parts))
 

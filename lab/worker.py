@@ -65,10 +65,9 @@ class _Outbox:
     """What the worker produced for event-loop readers during one round over its streams,
     handed to each loop in one call at the round's end.
 
-    A round of a hundred streams then wakes a loop once instead of once per chunk, so the
-    loop never interrupts the worker mid-round to take a chunk. Once a loop has closed nobody
-    is left to read, and its items are dropped: raising would kill the worker thread that
-    serves everyone else.
+    A round of a hundred streams then wakes a loop once instead of once per chunk. Once a
+    loop has closed nobody is left to read, and its items are dropped: raising would kill the
+    worker thread that serves everyone else.
     """
 
     def __init__(self) -> None:
