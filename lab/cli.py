@@ -336,6 +336,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     options = ServeOptions(slots=args.slots, queue=args.queue, deadline_s=args.deadline,
                            model_name=Path(str(args.preset)).stem, **keep_alive)
     if args.replicas is not None:
+        if args.keep_alive is not None:
+            raise ValueError("--keep-alive sets this process's server; with --replicas, Ray "
+                             "Serve's proxy holds the connections and keeps its own setting")
         _serve_replicas(cfg, options, args)
         return
     listener = listen(args.host, args.port)

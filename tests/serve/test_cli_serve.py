@@ -29,6 +29,8 @@ def test_serve_listens_on_loopback_by_default():
     (["--set", "dtyp=bf16"], "unknown key 'dtyp'"),
     (["--slots", "0"], "slots=0"),
     (["--deadline", "0"], "deadline_s=0"),
+    (["--keep-alive", "0"], "keep_alive_s=0"),
+    (["--keep-alive", "30", "--replicas", "2"], "Ray Serve's proxy"),
 ])
 def test_bad_options_exit_2_before_loading(argv, words, capsys):
     assert main(["serve", *argv]) == 2
