@@ -15,6 +15,8 @@ On a CPU, or without Triton, the module computes the same formula in eager PyTor
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -59,9 +61,9 @@ def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         return snake_reference(x, alpha)
     x = x.contiguous()
     out = torch.empty_like(x)
-    rows, length = x.shape[0] * x.shape[1], x[0, 0].numel()
+    length = math.prod(x.shape[2:])
     if x.numel():
-        grid = (rows, triton.cdiv(length, BLOCK))
+        grid = (x.shape[0] * x.shape[1], triton.cdiv(length, BLOCK))
         _snake_rows[grid](x, alpha.reshape(-1).contiguous(), out, length, x.shape[1],
                           eps=EPS, block=BLOCK)
     return out
