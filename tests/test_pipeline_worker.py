@@ -169,17 +169,24 @@ def test_a_stream_whose_event_loop_has_closed_does_not_stop_the_worker():
 def test_the_worker_wakes_an_event_loop_once_per_round_not_once_per_piece():
     """Three streams of five pieces each, read on one loop: each reader gets its own pieces in
     order, and once the three are running a round's three pieces come in one wake (18 pieces
-    with the ends would be 18 wakes handed over one by one)."""
+    with the ends would be 18 wakes handed over one by one). Each stream passes its turn until
+    all three have started, so the rounds do not depend on when the thread got each job."""
 
     class Owner:
         def run(self, texts, context):
             return texts
 
-    worker = Worker("test-worker", Owner().run)
+    owner = Owner()
+    worker = Worker("test-worker", owner.run)
     wakes = []
+
+    started = []
 
     def pieces(name):
         def start():
+            started.append(name)
+            while len(started) < 3:
+                yield None
             for i in range(5):
                 yield f"{name}{i}"
             return f"{name} done"
@@ -200,7 +207,9 @@ def test_the_worker_wakes_an_event_loop_once_per_round_not_once_per_piece():
         return await asyncio.gather(*(read(name) for name in "abc"))
 
     results = asyncio.run(serve())
+    thread = worker._thread
     worker.close()
+    thread.join(timeout=10)
     assert results == [[f"{n}{i}" for i in range(5)] + [f"{n} done"] for n in "abc"]
     assert len(wakes) < 18
     assert max(len(items) for _, items in wakes) == 3
