@@ -46,6 +46,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 LIMITS: dict[str, tuple[float, float]] = {
     "batch_size": (1, 256),
     "decode_interval": (1, 512),
+    "max_decode_interval": (0, 512),
     "overlap": (0, 128),
     "crossfade_ms": (0.0, 50.0),
     "max_chars": (1, 100_000),
@@ -85,7 +86,10 @@ class PipelineConfig:
 
     `decode_interval`, `overlap` and `crossfade_ms` shape streaming: the vocoder or codec is
     decoded every `decode_interval` frames over a fixed window with `overlap` frames of context
-    on each side, and neighbouring chunks are blended over `crossfade_ms`.
+    on each side, and neighbouring chunks are blended over `crossfade_ms`. A codec stream's
+    chunks grow up to `max_decode_interval` frames while its listener has audio in hand
+    (`lab.stream.codec_stream.StreamWindow`), so the codec re-decodes less context per frame;
+    0 keeps every chunk at `decode_interval`.
 
     `kv_dtype`, `mixed_prefill` and `prefix_cache` shape how an autoregressive engine serves
     many streams (see `lab.engine.engine.EngineConfig` and `lab.engine.prefix`): K/V stored
@@ -104,6 +108,7 @@ class PipelineConfig:
     batch_size: int = 1
     stream: bool = True
     decode_interval: int = 24
+    max_decode_interval: int = 0
     overlap: int = 12
     crossfade_ms: float = 4.0
     compile: str = "none"
@@ -129,6 +134,10 @@ class PipelineConfig:
                 raise ConfigError(f"{name}={value!r} is not valid{did_you_mean(value, choices)}; "
                                   f"choose one of {list(choices)}")
         check_limits(self, LIMITS)
+        if 0 < self.max_decode_interval < self.decode_interval:
+            raise ConfigError(f"max_decode_interval={self.max_decode_interval} is below "
+                              f"decode_interval={self.decode_interval}; set 0 for chunks of "
+                              f"decode_interval frames only, or a value >= decode_interval")
         if self.crossfade_ms > 0 and self.overlap == 0:
             raise ConfigError("crossfade_ms > 0 blends chunks over their shared context, so it "
                               "needs overlap >= 1; set crossfade_ms: 0 for no overlap")

@@ -111,3 +111,10 @@ def test_sampling_values_are_checked_against_their_bounds():
         with pytest.raises(ConfigError, match=f"sampling.{name}=.*between"):
             from_dict({"sampling": {name: type(high)(high * 2 + 1)}})
         assert getattr(SamplingConfig(**{name: low}), name) == low
+
+
+def test_chunks_may_only_grow_from_the_decode_interval():
+    with pytest.raises(ConfigError, match="max_decode_interval=4 is below decode_interval=8"):
+        PipelineConfig(decode_interval=8, max_decode_interval=4)
+    assert PipelineConfig(decode_interval=8, max_decode_interval=8).max_decode_interval == 8
+    assert PipelineConfig(decode_interval=8).max_decode_interval == 0

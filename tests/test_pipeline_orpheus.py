@@ -105,7 +105,8 @@ def test_memory_facts_tell_each_kv_cache_mode_truthfully(greedy_by_cache):
 def greedy_by_serving_knobs():
     """The tiny Orpheus pipeline, greedy, plain and with each serving knob of the engine."""
     knobs = {"plain": {}, "prefix": {"prefix_cache": True}, "mixed": {"mixed_prefill": 8},
-             "fp8": {"kv_dtype": "fp8-e4m3"}, "side": {"codec_side_stream": True}}
+             "fp8": {"kv_dtype": "fp8-e4m3"}, "side": {"codec_side_stream": True},
+             "grow": {"max_decode_interval": 8}}
     return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
                                        sampling={"temperature": 0.0, "max_tokens": 42}))
             for name, extra in knobs.items()}
@@ -152,3 +153,18 @@ def test_codec_side_stream_reaches_the_decoder_and_says_where_it_cannot_act(
     assert not any("codec side stream" in n for n in plain.fallbacks)
     ours, theirs = pipe.synthesize(TEXTS[1]), plain.synthesize(TEXTS[1])
     np.testing.assert_allclose(ours.audio, theirs.audio, atol=1e-4)
+
+
+def test_growing_chunks_reach_the_decoder_and_leave_the_audio_alone(greedy_by_serving_knobs):
+    """Whether a chunk grows depends on how far generation runs ahead of playback on this
+    machine; whatever sizes it took, the audio is the fixed-size chunks' audio, from no more
+    codec windows (`tests/models/test_snac_codec.py` pins the sizes with a test clock)."""
+    pipe, plain = greedy_by_serving_knobs["grow"], greedy_by_serving_knobs["plain"]
+    window = pipe.backend.tts.decoder.window
+    assert (window.hop, window.max_hop, window.hops) == (1, 8, (1, 2, 4, 8))
+    before = [p.backend.tts.decoder.decoded_windows for p in (pipe, plain)]
+    ours, theirs = pipe.synthesize(TEXTS[2]), plain.synthesize(TEXTS[2])
+    np.testing.assert_allclose(ours.audio, theirs.audio, atol=1e-4)
+    grown, fixed = (p.backend.tts.decoder.decoded_windows - b
+                    for p, b in zip((pipe, plain), before, strict=True))
+    assert 0 < grown <= fixed

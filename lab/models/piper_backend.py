@@ -41,6 +41,8 @@ PIPER_FAMILY = Family(
         "cuda_graphs": "CUDA graphs need fixed shapes, and the voice's durations vary per text",
         "codec_side_stream": "its vocoder renders each chunk from frames it already has, so "
                              "there is no next decode step for a side stream to overlap",
+        "max_decode_interval": "its chunks are planned from the sentence's frames, which all "
+                               "exist before the first chunk: no token stream paces them",
         "voice": "the embedded voice has a single speaker",
         "weights": "the embedded voice ships with its real weights only",
     })

@@ -3,8 +3,8 @@ app's config, and a backend base class that runs units through `TokenTTS`.
 
 Orpheus and the lab's own voice differ only in how they load, what a unit is and how long it
 may run; the knobs (`kv_cache`, `kv_dtype`, `mixed_prefill`, `continuous_batching`,
-`compile`, `cuda_graphs`, sampling, `decode_interval`, `overlap`, `codec_side_stream`) are
-translated here once, so they act the same on both.
+`compile`, `cuda_graphs`, sampling, `decode_interval`, `max_decode_interval`, `overlap`,
+`codec_side_stream`) are translated here once, so they act the same on both.
 """
 
 from __future__ import annotations
@@ -66,8 +66,10 @@ LM_PLAN = PrecisionPlan(after_cast=_after_cast)
 
 
 def stream_window(cfg: PipelineConfig) -> StreamWindow:
-    """`decode_interval` codec frames per chunk, with `overlap` frames of context each side."""
-    return StreamWindow(hop=cfg.decode_interval, left=cfg.overlap, right=cfg.overlap)
+    """`decode_interval` codec frames per chunk (growing up to `max_decode_interval` while the
+    listener is ahead), with `overlap` frames of context each side."""
+    return StreamWindow(hop=cfg.decode_interval, left=cfg.overlap, right=cfg.overlap,
+                        max_hop=cfg.max_decode_interval)
 
 
 def tts_options(cfg: PipelineConfig) -> dict:

@@ -41,6 +41,12 @@ class Codec(Protocol):
 class StreamWindow:
     """Emit `hop` frames per chunk, decoded with `left` frames before and `right` after.
 
+    With `max_hop` above `hop`, a stream whose listener has audio in hand takes bigger chunks
+    (`hop` doubled, up to `max_hop`): each window re-decodes `left + right` frames of context,
+    so at `hop=1` with 2 frames each side the codec decodes five frames for every one it emits,
+    and at 8 frames per chunk less than two. The first chunk stays `hop` frames, so the time to
+    first audio does not change. 0 keeps every chunk at `hop`.
+
     The defaults are the reference Orpheus decoder's choice: a 4-frame window whose second
     frame is kept.
     """
@@ -48,14 +54,28 @@ class StreamWindow:
     hop: int = 1
     left: int = 1
     right: int = 2
+    max_hop: int = 0
 
     def __post_init__(self) -> None:
         if self.hop < 1 or self.left < 0 or self.right < 0:
             raise CodecError(f"window needs hop >= 1 and left, right >= 0; got {self}")
+        if self.max_hop and self.max_hop < self.hop:
+            raise CodecError(f"max_hop={self.max_hop} is below hop={self.hop}; use 0 for "
+                             f"chunks of hop frames only, or a value >= hop")
+
+    @property
+    def hops(self) -> tuple[int, ...]:
+        """The chunk sizes a stream may take, smallest first: few sizes, so the streams due
+        on one step still share decode calls."""
+        largest, sizes = max(self.hop, self.max_hop), [self.hop]
+        while sizes[-1] * 2 < largest:
+            sizes.append(sizes[-1] * 2)
+        return tuple(sizes) if sizes[-1] == largest else (*sizes, largest)
 
     @property
     def frames(self) -> int:
-        return self.left + self.hop + self.right
+        """The longest window a chunk decodes."""
+        return self.left + self.hops[-1] + self.right
 
 
 
@@ -77,6 +97,7 @@ class _Stream:
     emitted: int = 0
     chunks: int = 0
     closed: bool = False
+    started: float = 0.0  # clock time of the first chunk's launch
 
     def window(self, start: int, stop: int, width: int) -> torch.Tensor:
         if not self.frames:
@@ -97,6 +118,12 @@ class _Job:
     final: bool
 
 
+# A stream that may grow its chunks waits for more frames only while its listener holds more
+# than this much audio: enough to ride out a slow step (a prefill, a capture) and the side
+# stream's decode before the next chunk lands.
+GUARD_S = 0.25
+
+
 class StreamingDecoder:
     """Per-stream frame buffers and the windowed, batched decode of everything due.
 
@@ -104,12 +131,20 @@ class StreamingDecoder:
     most one chunk per stream, from one codec call per distinct window length. The first chunk
     goes out as soon as `hop + right` frames exist (its left context is simply missing), so the
     first audio waits for right context only; from the `left`-th chunk on every window is
-    `window.frames` long.
+    `left + hop + right` frames long.
+
+    Where the window lets chunks grow (`max_hop`), a stream ready to emit waits for a bigger
+    chunk while the audio already sent runs ahead of playback by more than `guard_s`; playback
+    is counted from the first chunk's launch on `clock`, which is earlier than any listener
+    can start, so the estimate errs on the side of emitting.
     """
 
     def __init__(self, codec: Codec, window: StreamWindow | None = None,
-                 side_stream: bool = False) -> None:
+                 side_stream: bool = False, *, clock=time.monotonic,
+                 guard_s: float = GUARD_S) -> None:
         self.codec, self.window = codec, window or StreamWindow()
+        self.clock, self.guard_s = clock, guard_s
+        self.frame_s = codec.frame_samples / codec.sample_rate
         self.streams: dict[str, _Stream] = {}
         self._touched: set[str] = set()  # streams pushed or closed since the last launch
         use_side = side_stream and codec.device.type == "cuda"
@@ -154,25 +189,50 @@ class StreamingDecoder:
             raise CodecError(f"stream {stream_id!r} is not open")
         return self.streams[stream_id]
 
-    def _job(self, sid: str, s: _Stream) -> _Job | None:
+    def _job(self, sid: str, s: _Stream, now: float) -> _Job | None:
         w, n, done = self.window, s.n_frames, s.emitted
         flush = s.closed and (n <= w.frames or n - done <= w.frames - w.left)
         if flush:
             start = max(0, n - w.frames)
             return _Job(sid, s.chunks, start, n, done, n, True)
-        if n < done + w.hop + w.right:
+        take = self._take(s, n - done - w.right, now)
+        if take is None:
             return None
-        start, stop = max(0, done - w.left), done + w.hop + w.right
-        return _Job(sid, s.chunks, start, stop, done, done + w.hop, False)
+        start, stop = max(0, done - w.left), done + take + w.right
+        return _Job(sid, s.chunks, start, stop, done, done + take, False)
+
+    def _take(self, s: _Stream, ready: int, now: float) -> int | None:
+        """Frames the stream's next chunk emits, of the `ready` ones that have their right
+        context; None to wait: too few, or its listener has audio in hand and a bigger chunk
+        is still to come."""
+        sizes = [h for h in self.window.hops if h <= ready]
+        if not sizes:
+            return None
+        if s.chunks == 0 or sizes[-1] == self.window.hops[-1]:
+            return sizes[-1] if s.chunks else sizes[0]
+        ahead = s.emitted * self.frame_s - (now - s.started)
+        return sizes[-1] if ahead < self.guard_s else None
 
     def due(self) -> list[_Job]:
         """One job per stream that can emit now. Only streams that changed since the last
-        launch are checked: a stream's state moves only by push and close."""
-        touched, self._touched = self._touched, set()
-        jobs = [job for sid in sorted(touched) if sid in self.streams
-                and (job := self._job(sid, self.streams[sid]))]
-        self._touched.update(job.stream_id for job in jobs if not job.final)
+        launch are checked (a stream's frames move only by push and close), and those that
+        emitted or chose to wait, which may be due again with no new frame."""
+        touched, self._touched, now = self._touched, set(), self.clock()
+        jobs = []
+        for sid in sorted(touched):
+            stream = self.streams.get(sid)
+            if stream is None:
+                continue
+            job = self._job(sid, stream, now)
+            if job is not None:
+                jobs.append(job)
+            if job is None and self._waits(stream) or job is not None and not job.final:
+                self._touched.add(sid)
         return jobs
+
+    def _waits(self, s: _Stream) -> bool:
+        """Whether the stream holds a chunk's worth of frames it chose not to emit yet."""
+        return s.n_frames - s.emitted - self.window.right >= self.window.hop
 
     def decode_due(self) -> list[AudioChunk]:
         """Decode every due window now and return the chunks (blocking)."""
@@ -186,6 +246,8 @@ class StreamingDecoder:
             stream = self.streams[job.stream_id]
             groups.setdefault(job.stop - job.start, []).append(
                 (job, stream.window(job.start, job.stop, self.codec.frame_codes)))
+            if stream.chunks == 0:
+                stream.started = self.clock()
             stream.emitted, stream.chunks = job.last, stream.chunks + 1
             if job.final:
                 del self.streams[job.stream_id]

@@ -34,6 +34,7 @@ KNOB_FIELDS = (
     "compile",
     "batch_size",
     "decode_interval",
+    "max_decode_interval",
     "overlap",
     "crossfade_ms",
     "seed",
@@ -59,6 +60,7 @@ LABELS = {
     "compile": "torch.compile",
     "batch_size": "Batch size",
     "decode_interval": "Decode interval (frames)",
+    "max_decode_interval": "Grow chunks up to (frames; 0 = fixed)",
     "overlap": "Window overlap (frames)",
     "crossfade_ms": "Crossfade (ms)",
     "seed": "Sampling seed",
@@ -73,8 +75,8 @@ LABELS = {
     "top_p": "Top-p",
     "sampling": "Sampling (temperature, top-p)",
 }
-STEPS = {"batch_size": 1, "decode_interval": 1, "mixed_prefill": 8, "overlap": 1,
-         "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
+STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1, "mixed_prefill": 8,
+         "overlap": 1, "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
 
 
 class KnobError(ValueError):
@@ -100,7 +102,7 @@ def knob_values(cfg: PipelineConfig) -> list:
 
 def _typed(name: str, value: object) -> object:
     """Sliders hand back floats; integer fields must stay integers for validation."""
-    if name in ("batch_size", "decode_interval", "overlap", "seed",
+    if name in ("batch_size", "decode_interval", "max_decode_interval", "overlap", "seed",
                 "mixed_prefill") and value is not None:
         if float(value) != int(float(value)):
             raise KnobError(f"{name}={value} must be a whole number")
@@ -211,6 +213,7 @@ class Knobs:
     compile: gr.Dropdown
     batch_size: gr.Slider
     decode_interval: gr.Slider
+    max_decode_interval: gr.Slider
     overlap: gr.Slider
     crossfade_ms: gr.Slider
     seed: gr.Number
@@ -283,7 +286,8 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
                       elem_id=f"{key}-ar-engine") as engine:
         with gr.Row():
             kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
-            mixed_prefill = _slider("mixed_prefill", v["mixed_prefill"], key, fam)
+            mixed_prefill, max_interval = (_slider(n, v[n], key, fam)
+                                           for n in ("mixed_prefill", "max_decode_interval"))
             batching, graphs, prefix_cache, side_stream = (
                 _checkbox(n, v[n], key, fam)
                 for n in ("continuous_batching", "cuda_graphs", "prefix_cache",
@@ -292,9 +296,9 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
             temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
-                  decode_interval, overlap, crossfade, seed, kv_cache, kv_dtype, mixed_prefill,
-                  batching, graphs, prefix_cache, side_stream, temperature, top_p, note,
-                  engine)
+                  decode_interval, max_interval, overlap, crossfade, seed, kv_cache, kv_dtype,
+                  mixed_prefill, batching, graphs, prefix_cache, side_stream, temperature,
+                  top_p, note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")

@@ -137,3 +137,64 @@ def test_stream_errors_and_empty_streams(codec):
     assert chunk.final and chunk.audio.numel() == 0
     with pytest.raises(CodecError):
         StreamWindow(hop=0)
+
+
+class Clock:
+    """The decoder's clock, moved by the test: how fast frames come against playback."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def growing_stream(codec, window, frames: torch.Tensor, clock: Clock, step_s: float):
+    """One stream fed a frame per step while `clock` advances `step_s` per step; its chunks."""
+    decoder = StreamingDecoder(codec, window, clock=clock)
+    decoder.open("s")
+    chunks = []
+    for step in range(frames.shape[1]):
+        decoder.push("s", frames[0, step : step + 1])
+        chunks += decoder.decode_due()
+        clock.now += step_s
+    decoder.close("s")
+    chunks += decoder.decode_due()
+    assert not decoder.busy
+    return chunks, decoder
+
+
+def test_chunks_grow_while_the_listener_has_audio_in_hand_and_join_exactly(codec):
+    """Frames far faster than playback: after a first chunk of `hop` frames, chunks grow to
+    `max_hop`, the codec decodes fewer windows, and the joined audio is still the one-shot
+    decode (each frame keeps its context either side)."""
+    frames = codes(1, 40, seed=7)
+    ref = codec.decode(frames)[0]
+    fixed, fixed_decoder = growing_stream(codec, StreamWindow(hop=1, left=3, right=3), frames,
+                                          Clock(), 0.0)
+    window = StreamWindow(hop=1, left=3, right=3, max_hop=8)
+    assert window.hops == (1, 2, 4, 8) and window.frames == 14
+    grown, decoder = growing_stream(codec, window, frames, Clock(), 0.0)
+    sizes = [len(c.audio) // codec.frame_samples for c in grown]
+    assert sizes[0] == 1 and max(sizes) == 8 and set(sizes[:-1]) <= set(window.hops)
+    assert decoder.decoded_windows < fixed_decoder.decoded_windows / 3
+    for chunks in (fixed, grown):
+        joined = torch.cat([c.audio for c in chunks])
+        assert joined.shape == ref.shape and snr_db(ref, joined) >= 100.0
+
+
+def test_chunks_stay_small_when_frames_come_at_playback_speed(codec):
+    """A stream generated just at real time never holds more audio than the guard, so it keeps
+    emitting `hop` frames: growing would leave its listener waiting."""
+    window = StreamWindow(hop=1, left=2, right=2, max_hop=8)
+    frame_s = codec.frame_samples / codec.sample_rate
+    chunks, _ = growing_stream(codec, window, codes(1, 30, seed=8), Clock(), frame_s)
+    sizes = [len(c.audio) // codec.frame_samples for c in chunks[:-1]]
+    assert sizes == [1] * len(sizes)
+
+
+def test_a_max_hop_below_hop_is_refused():
+    with pytest.raises(CodecError, match="max_hop=2 is below hop=4"):
+        StreamWindow(hop=4, max_hop=2)
+    assert StreamWindow(hop=3, max_hop=10).hops == (3, 6, 10)
+    assert StreamWindow(hop=3).hops == (3,) and StreamWindow(hop=3).frames == 6
