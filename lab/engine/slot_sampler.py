@@ -78,6 +78,14 @@ class SlotSampler:
         far."""
         return sorted(self._graphs)
 
+    def capture_every_bucket(self) -> None:
+        """Capture every batch bucket for each logits shape sampled so far (a warm-up run
+        shows the shapes), so no request pays for a capture when the batch first grows past a
+        bucket; a failure lands in `fallbacks` as it would at first use."""
+        for key, buffers in list(self._buffers.items()):
+            for bucket in self.buckets:
+                self._graph(key, bucket, buffers)
+
     def __call__(self, requests: list[Request], logits: torch.Tensor,
                  shortlist: Candidates | None = None) -> torch.Tensor:
         fits = len(requests) <= self.buckets[-1]

@@ -83,3 +83,21 @@ def test_a_row_without_the_fixed_size_top_k_samples_eagerly_with_the_same_tokens
     want = eager(_requests([0, 1, 2], 1.1, top_k=0), logits).tolist()
     assert static(_requests([0, 1, 2], 1.1, top_k=0), logits).tolist() == want
     assert static.captured == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_bucket_is_captured_ahead_for_the_shapes_seen(device):
+    """After one batch of 3, capturing ahead covers every bucket for that logits shape (on a
+    GPU: graphs, so a later batch of 8 replays one instead of capturing mid-request), and the
+    tokens stay eager's."""
+    eager, static = _samplers(device)
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(2)).to(device)
+    static(_requests([0, 1, 2], 1.1), logits)
+    eager(_requests([0, 1, 2], 1.1), logits)
+    static.capture_every_bucket()
+    key = (VOCAB, 0, logits.dtype)
+    assert static.captured == ([(b, *key) for b in BUCKETS] if device == "cuda" else [])
+    logits = torch.randn(8, VOCAB, generator=torch.Generator().manual_seed(3)).to(device)
+    want = eager(_requests(list(range(8)), 1.1), logits).tolist()
+    assert static(_requests(list(range(8)), 1.1), logits).tolist() == want
+    assert not static.fallbacks
