@@ -40,7 +40,11 @@ LogitsProcessor = Callable[[torch.Tensor, list[Request], torch.Tensor],
 shortlist of token ids (a family that may only emit codec tokens in a fixed order). It sees
 each request as it is at launch (`n_launched` tokens sampled so far) and each row's newest
 token [n] on the device, which the host learns only a step later (meaningless for a request
-whose `n_launched` is 0)."""
+whose `n_launched` is 0).
+
+A processor may declare `vocab_range = (start, stop)`: every token it can ever return lies in
+that span. The runner then narrows the model's output head to it (`LM.narrow_head`), so logits
+column j is token start + j, and the processor must always return a shortlist (token ids)."""
 
 
 class PendingTokens:
@@ -79,13 +83,14 @@ class ModelRunner:
             raise ValueError(f"max_len={max_len} exceeds the model's max_seq_len={cfg.max_seq_len}")
         self.model, self.max_len = model, max_len
         self.device = model.embed.weight.device
+        self.notes: list[str] = []
+        self.head_range = self._narrow_head(model, logits_processor)
         self.kv = KV_MODES[kv_cache](model, n_slots=n_slots, max_len=max_len,
                                      decode_mode=decode_mode, buckets=buckets,
                                      key_buckets=key_buckets, kv_dtype=kv_dtype,
                                      prefill_tokens=mixed_prefill)
         self.cache, self.decoder = self.kv.cache, self.kv.decoder
         self.prefixes = PrefixStore()
-        self.notes: list[str] = []
         # One row past the slots: the scratch row that padded sampling rows write.
         self.seen = torch.zeros(n_slots + 1, cfg.vocab_size, dtype=torch.bool,
                                 device=self.device)
@@ -94,11 +99,28 @@ class ModelRunner:
         self.sampler = SlotSampler(
             self.seen, self.last_token,
             default_buckets(n_slots) if decoder is None else decoder.buckets,
-            static=decoder is not None and decoder.captures)
+            static=decoder is not None and decoder.captures,
+            first_id=0 if self.head_range is None else self.head_range[0])
         # Index assignment from a Python scalar copies it host->device and waits for the
         # device; a device-resident True does not.
         self._true = torch.ones((), dtype=torch.bool, device=self.device)
         self.logits_processor = logits_processor
+
+    def _narrow_head(self, model, processor) -> tuple[int, int] | None:
+        """The vocabulary span the head computes, narrowed to the processor's declared
+        `vocab_range`; None (every row) where it declares none or the head's weight cannot be
+        sliced (a quantized layout without row slicing), which the fallbacks then say."""
+        span = getattr(processor, "vocab_range", None)
+        if span is None:
+            return None
+        try:
+            model.narrow_head(*span)
+        except (RuntimeError, NotImplementedError, TypeError) as err:
+            self.notes.append(f"the output head computes every vocabulary row: narrowing it "
+                              f"to tokens {span[0]}..{span[1] - 1} failed ({type(err).__name__}: "
+                              f"{err})")
+            return None
+        return tuple(span)
 
     @property
     def fallbacks(self) -> list[str]:
@@ -191,6 +213,9 @@ class ModelRunner:
             slots = to_device([r.slot for r in requests], torch.long, self.device)
             edited = self.logits_processor(logits, requests, self.last_token[slots])
             shortlist = edited if isinstance(edited, Candidates) else None
+            if shortlist is None and self.head_range is not None:
+                raise TypeError("a processor that declares vocab_range must return a "
+                                "shortlist: its logits cover only that span")
             logits = logits if shortlist is not None else edited
         tokens = self.sampler(requests, logits, shortlist)
         self.kv.record(requests, tokens)

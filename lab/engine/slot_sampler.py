@@ -47,6 +47,7 @@ class _Buffers:
 
 class SlotSampler:
     """`sampler(requests, logits, shortlist)` -> each request's next token [n] on the device.
+    `first_id` is the token of logits column 0 (see `sample`).
 
     `seen` [n_slots + 1, V] and `last_token` [n_slots + 1] are the runner's per-slot state
     (the last row is scratch); each sampled token is marked seen and becomes its slot's next
@@ -55,8 +56,8 @@ class SlotSampler:
     """
 
     def __init__(self, seen: torch.Tensor, last_token: torch.Tensor, buckets: tuple[int, ...],
-                 static: bool) -> None:
-        self.seen, self.last_token = seen, last_token
+                 static: bool, first_id: int = 0) -> None:
+        self.seen, self.last_token, self.first_id = seen, last_token, first_id
         self.scratch = seen.shape[0] - 1
         self._padding_row = [self.scratch, *PADDING]
         self.buckets, self.static = buckets, static
@@ -100,7 +101,7 @@ class SlotSampler:
         if any(r.sampling.repetition_penalty != 1.0 for r in requests):
             seen = self._seen(slots, shortlist)
         tokens = sample(logits, SamplingBatch.from_requests(requests, self.device), seen,
-                        shortlist)
+                        shortlist, self.first_id)
         self._record(slots, tokens)
         return tokens
 
@@ -156,7 +157,7 @@ class SlotSampler:
                                                                 buffers.allowed[:bucket])
         tokens = sample(buffers.logits[:bucket], SamplingBatch.from_rows(rows[:, 1:],
                                                                          [True] * bucket),
-                        self._seen(slots, shortlist), shortlist)
+                        self._seen(slots, shortlist), shortlist, self.first_id)
         self._record(slots, tokens)
         buffers.tokens[:bucket].copy_(tokens)
 

@@ -230,6 +230,8 @@ class AudioTokenConstraint:
     def __init__(self, layout: OrpheusLayout = ORPHEUS, allow_stop: bool = True) -> None:
         self.layout, self.allow_stop = layout, allow_stop
         self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Every token it can return: the engine computes logits for this span only.
+        self.vocab_range = (min(layout.end_of_speech, layout.audio_offset), layout.vocab_needed)
 
     def __call__(self, logits: torch.Tensor, requests: list[Request],
                  previous: torch.Tensor | None = None) -> Candidates:
