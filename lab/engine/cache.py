@@ -156,6 +156,14 @@ class CachePrefix:
         return self.cache.layer_kv(layer)
 
 
+def write_kv(layer: StaticLayer, k, v, positions, slot_index) -> None:
+    """Write a step's K/V [B, kv, T, hd] into slot rows `slot_index` at `positions`, in place."""
+    # Advanced indices on dims 0 and 2 put the [B, T] index dims first: [B, T, kv, hd].
+    at = (slot_index.unsqueeze(1), slice(None), positions)
+    store(layer.k, layer.k_scale, at, k.transpose(1, 2))
+    store(layer.v, layer.v_scale, at, v.transpose(1, 2))
+
+
 def write_static(layer: StaticLayer, k, v, positions, slot_index, contiguous: bool,
                  n_keys: int):
     """Write a step's K/V [B, kv, T, hd] into slot rows at each row's positions, in place, and
@@ -165,10 +173,7 @@ def write_static(layer: StaticLayer, k, v, positions, slot_index, contiguous: bo
     `n_keys` is the mask's key count (`bias.shape[-1]`), never a separate integer: under
     torch.compile it stays a symbolic size, so one compiled block serves every prefix length.
     """
-    # Advanced indices on dims 0 and 2 put the [B, T] index dims first: [B, T, kv, hd].
-    at = (slot_index.unsqueeze(1), slice(None), positions)
-    store(layer.k, layer.k_scale, at, k.transpose(1, 2))
-    store(layer.v, layer.v_scale, at, v.transpose(1, 2))
+    write_kv(layer, k, v, positions, slot_index)
     rows = slice(0, k.shape[0]) if contiguous else slot_index
     return (load(layer.k, layer.k_scale, rows, n_keys, k.dtype),
             load(layer.v, layer.v_scale, rows, n_keys, v.dtype))

@@ -49,6 +49,10 @@ class EngineConfig:
     stall every running stream for a whole extra pass over the weights. Each (batch, key)
     pair then has a second graph with the chunk. With nothing decoding, prompts still prefill
     on their own, several at once, within `prefill_chunk` and `prefill_budget`.
+
+    `real_length_attention` lets each row of a static decode step on a GPU read only its own
+    filled positions (`decode_attention`) rather than the whole key bucket; off, or where the
+    kernel cannot run, every row reads the bucket (the fallbacks say why).
     """
 
     n_slots: int = 16
@@ -62,6 +66,7 @@ class EngineConfig:
     key_buckets: tuple[int, ...] | None = None
     kv_dtype: str = "auto"
     mixed_prefill: int = 0
+    real_length_attention: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.mixed_prefill < self.max_len:
@@ -111,6 +116,7 @@ class LLMEngine:
                                   kv_cache=c.kv_cache, decode_mode=c.decode_mode,
                                   buckets=c.buckets, key_buckets=c.key_buckets,
                                   kv_dtype=c.kv_dtype, mixed_prefill=c.mixed_prefill,
+                                  real_length_attention=c.real_length_attention,
                                   logits_processor=logits_processor)
         self.vocab_size = model.cfg.vocab_size
         self.requests: dict[str, Request] = {}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from lab.engine.cache import NoKVCache, SlotDynamicCache, StaticKVCache
+from lab.engine.decode_attention import check_decode_attention
 from lab.engine.graphs import GraphedDecoder
 from lab.engine.kv_dtype import KV_DTYPES, storage_dtype
 from lab.engine.request import Request
@@ -57,6 +58,9 @@ class _SlotMode:
     def warmup(self) -> None:
         """Nothing to capture."""
 
+    def read_real_lengths(self) -> None:
+        """Nothing to narrow: only the static cache's decode step reads a key bucket."""
+
     def record(self, requests: list[Request], tokens: torch.Tensor) -> None:
         """Nothing to do: a sampled token reaches the model as the next step's input."""
 
@@ -89,6 +93,26 @@ class StaticSlots(_SlotMode):
 
     def warmup(self) -> None:
         self.decoder.capture()
+
+    def read_real_lengths(self) -> None:
+        """Let each decode row read its own filled positions (`decode_attention`) instead of
+        the batch's key bucket, where the kernel runs: on a GPU, over K/V in the model's dtype,
+        after it matched the reference on a probe. Elsewhere the fallbacks say why not; an
+        eager step on a CPU already reads exactly the keys its longest row needs."""
+        if self.device.type != "cuda":
+            return
+        if self.cache.k_scale is not None:
+            self._notes.append("fp8 K/V are read as key buckets: the real-length decode "
+                               "attention reads K/V in the model's dtype only")
+            return
+        cfg = self.model.cfg
+        why = check_decode_attention(self.cache.k.dtype, cfg.n_kv_heads,
+                                     cfg.n_heads // cfg.n_kv_heads, cfg.head_dim, self.device)
+        if why is not None:
+            self._notes.append(f"decode attention reads the batch's key bucket: {why}")
+            return
+        for layer in self.model.layers:
+            layer.attn.real_lengths = True
 
     def prefill(self, chunks: list[PrefillChunk]) -> dict[Request, torch.Tensor]:
         """The chunks' rows are gathered only up to the furthest chunk's end: padding writes

@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lab.engine.cache import StaticLayer, write_static
+from lab.engine.cache import StaticLayer, write_kv, write_static
+from lab.engine.decode_attention import decode_attention
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class Attention(nn.Module):
         out = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
         self.qkv = nn.Linear(cfg.dim, out, bias=cfg.qkv_bias)
         self.o = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.real_lengths = False  # decode steps read each slot's own keys (`decode_attention`)
 
     def forward(self, x, cos, sin, bias, positions, slot_index, contiguous, kv):
         q, k, v = self._project(x, cos, sin)
@@ -167,6 +169,8 @@ class Attention(nn.Module):
         into the cache (`slot_index` None: rows 0..B-1)."""
         b, t, nh, hd = q.shape
         k, v = k.transpose(1, 2), v.transpose(1, 2)
+        if self._reads_real_lengths(t, contiguous, kv):
+            return self._attend_real_lengths(q, k, v, positions, kv, bias.shape[-1])
         if isinstance(kv, StaticLayer):
             if slot_index is None:
                 slot_index = torch.arange(b, device=q.device)
@@ -179,6 +183,23 @@ class Attention(nn.Module):
         q = q.transpose(1, 2).reshape(b, kvh, nh // kvh * t, hd)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         return y.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
+
+
+    def _reads_real_lengths(self, t, contiguous, kv) -> bool:
+        """One token per row of slots [0, B) over a static cache in the model's dtype."""
+        return (self.real_lengths and t == 1 and contiguous and isinstance(kv, StaticLayer)
+                and kv.k_scale is None)
+
+    def _attend_real_lengths(self, q, k, v, positions, kv, n_keys):
+        """`_attend` for a decode step whose rows are slots [0, B): write K/V, then attend
+        over each row's positions [0, position] only. Rows at the scratch position (padding,
+        past every key bucket) read one key."""
+        b, _, nh, hd = q.shape
+        write_kv(kv, k, v, positions, torch.arange(b, device=q.device))
+        lengths = torch.where(positions[:, 0] < n_keys, positions[:, 0] + 1, 1)
+        q = q.transpose(1, 2).reshape(b, self.n_kv_heads, nh // self.n_kv_heads, hd)
+        y = decode_attention(q, kv.k, kv.v, lengths, n_keys)
+        return y.reshape(b, 1, nh * hd)
 
 
 class MLP(nn.Module):

@@ -72,7 +72,7 @@ class ModelRunner:
     def __init__(self, model, *, n_slots: int, max_len: int, kv_cache: str = "static",
                  decode_mode: str = "eager", buckets: tuple[int, ...] | None = None,
                  key_buckets: tuple[int, ...] | None = None, kv_dtype: str = "auto",
-                 mixed_prefill: int = 0,
+                 mixed_prefill: int = 0, real_length_attention: bool = True,
                  logits_processor: LogitsProcessor | None = None) -> None:
         if kv_cache not in KV_MODES:
             raise ValueError(f"kv_cache={kv_cache!r}; choose one of {list(KV_MODES)}")
@@ -89,6 +89,8 @@ class ModelRunner:
                                      decode_mode=decode_mode, buckets=buckets,
                                      key_buckets=key_buckets, kv_dtype=kv_dtype,
                                      prefill_tokens=mixed_prefill)
+        if real_length_attention:
+            self.kv.read_real_lengths()
         self.cache, self.decoder = self.kv.cache, self.kv.decoder
         self.prefixes = PrefixStore()
         # One row past the slots: the scratch row that padded sampling rows write.

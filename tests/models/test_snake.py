@@ -1,5 +1,7 @@
 """The snake activation the codec runs is SNAC's own formula, on every device it runs on."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from snac.layers import Snake1d
@@ -13,6 +15,7 @@ from lab.models.snac_codec import (
     strip_noise,
 )
 from lab.models.snake import Snake, fuse_snake, snake, snake_reference
+from tests.kernels import run_check
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
@@ -80,3 +83,9 @@ def test_the_codec_decodes_as_the_unswapped_snac_model(device):
     with torch.inference_mode():
         want = plain.decode(levels_from_frames(frames.to(device)))[:, 0]
     torch.testing.assert_close(codec.decode(frames), want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_kernel_itself_matches_the_reference():
+    """The Triton kernel, not the eager formula a CPU falls back on: on a GPU, or under
+    Triton's interpreter on a CPU (`tests/kernels.py`)."""
+    run_check(Path(__file__).with_name("snake_checks.py"), "kernel_matches_reference")

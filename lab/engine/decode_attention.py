@@ -1,0 +1,164 @@
+"""Decode attention that reads each slot's filled positions only, as one Triton kernel.
+
+A captured decode step has fixed shapes, so with scaled dot-product attention every row reads
+as many keys as the batch's longest row (rounded up to a key bucket), and its mask throws the
+rest away. Under staggered arrivals some row is always near the end of its request, so 128
+Orpheus streams read about 128 x 512 positions x 115 KB = 7.5 GB of K/V per step where their
+filled positions hold about half that: as much traffic again as the weights.
+
+Here each (row, KV head) stops at its own length, held in a device tensor, so the step stays
+capturable in a CUDA graph. Work is split along the keys (flash-decoding) when there are too
+few rows to fill the GPU: each split keeps a running max, sum and weighted values, and the
+splits are merged afterwards. The query heads that share a KV head are computed together, so
+each K/V row is read once per step. Scores and sums are fp32.
+
+`decode_attention` is a custom op, so a compiled decode step calls the kernel instead of
+tracing into it. `check_decode_attention` runs it against `reference` on a probe before an
+engine relies on it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only PyTorch ships without Triton
+    triton = None
+
+BLOCK_N = 64
+TARGET_PROGRAMS = 264  # two per streaming multiprocessor of an H100: enough to fill it
+
+if triton is not None:
+
+    @triton.jit
+    def _split_attend(q_ptr, k_ptr, v_ptr, len_ptr, m_ptr, l_ptr, acc_ptr,
+                      sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
+                      scale, n_splits,
+                      G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                      BLOCK: tl.constexpr, BLOCKS: tl.constexpr, IEEE: tl.constexpr):
+        """One program per (row, KV head, split of `BLOCKS` blocks of keys): the split's
+        softmax statistics and weighted values over its keys below the row's length. A block
+        past the length is skipped, so a short row reads only its own keys."""
+        b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        length = tl.load(len_ptr + b).to(tl.int32)
+        g, d = tl.arange(0, GP), tl.arange(0, D)
+        q = tl.load(q_ptr + b * sq_b + h * sq_h + g[:, None] * sq_g + d[None, :],
+                    mask=g[:, None] < G, other=0.0)
+        m_i = tl.full([GP], float("-inf"), tl.float32)
+        l_i = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
+        k_row = k_ptr + b.to(tl.int64) * sk_b + h * sk_h
+        v_row = v_ptr + b.to(tl.int64) * sv_b + h * sv_h
+        start = s * BLOCKS * BLOCK
+        stop = tl.minimum(start + BLOCKS * BLOCK, length)
+        for i in range(BLOCKS):
+            n0 = start + i * BLOCK
+            if n0 < stop:
+                n = n0 + tl.arange(0, BLOCK)
+                inside = n < stop
+                keys = tl.load(k_row + n[:, None] * sk_n + d[None, :], mask=inside[:, None],
+                               other=0.0)
+                if IEEE:
+                    scores = tl.dot(q, tl.trans(keys), input_precision="ieee")
+                else:
+                    scores = tl.dot(q, tl.trans(keys))
+                scores = tl.where(inside[None, :], scores * scale, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(scores, 1))
+                p = tl.exp(scores - m_new[:, None])
+                alpha = tl.exp(m_i - m_new)
+                values = tl.load(v_row + n[:, None] * sv_n + d[None, :], mask=inside[:, None],
+                                 other=0.0)
+                if IEEE:
+                    weighted = tl.dot(p.to(values.dtype), values, input_precision="ieee")
+                else:
+                    weighted = tl.dot(p.to(values.dtype), values)
+                l_i = l_i * alpha + tl.sum(p, 1)
+                acc = acc * alpha[:, None] + weighted
+                m_i = m_new
+        at = (b * tl.num_programs(1) + h) * n_splits + s
+        tl.store(m_ptr + at * GP + g, m_i)
+        tl.store(l_ptr + at * GP + g, l_i)
+        tl.store(acc_ptr + (at * GP + g[:, None]) * D + d[None, :], acc)
+
+
+def splits(batch: int, kv_heads: int, n_keys: int) -> tuple[int, int]:
+    """(number of splits, keys per split) for a step: one split per (row, KV head) when
+    they fill the GPU, else as many as bring the programs to `TARGET_PROGRAMS`."""
+    blocks = -(-n_keys // BLOCK_N)
+    wanted = max(1, -(-TARGET_PROGRAMS // (batch * kv_heads)))
+    per_split = -(-blocks // min(blocks, wanted)) * BLOCK_N
+    return -(-n_keys // per_split), per_split
+
+
+def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
+            n_keys: int) -> torch.Tensor:
+    batch, kv_heads, group, dim = q.shape
+    n_splits, per_split = splits(batch, kv_heads, n_keys)
+    padded = max(16, triton.next_power_of_2(group))  # tl.dot wants 16 rows at least
+    stats = torch.empty(2, batch, kv_heads, n_splits, padded, dtype=torch.float32,
+                        device=q.device)
+    acc = torch.empty(batch, kv_heads, n_splits, padded, dim, dtype=torch.float32,
+                      device=q.device)
+    _split_attend[(batch, kv_heads, n_splits)](
+        q, k, v, lengths, stats[0], stats[1], acc,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), dim ** -0.5, n_splits,
+        G=group, GP=padded, D=dim, BLOCK=BLOCK_N, BLOCKS=per_split // BLOCK_N,
+        IEEE=q.dtype == torch.float32)
+    top = stats[0].amax(dim=2, keepdim=True)
+    weight = torch.exp(stats[0] - top)  # an empty split (max -inf) weighs 0
+    out = (acc * weight[..., None]).sum(2) / (stats[1] * weight).sum(2)[..., None]
+    return out[:, :, :group].to(q.dtype)
+
+
+@torch.library.custom_op("lab::decode_attention", mutates_args=())
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
+                     n_keys: int) -> torch.Tensor:
+    """Attention of one query token per row over its own filled positions.
+
+    q [B, KV heads, group, head dim] (the query heads of each KV head together); k, v the
+    layer's cache buffers [slots, KV heads, positions, head dim], row b read as slot b;
+    lengths [B] the keys row b reads (1..n_keys); n_keys the most any row reads, which
+    sizes the splits. Returns [B, KV heads, group, head dim] in q's dtype.
+    """
+    return _launch(q.contiguous(), k, v, lengths, n_keys)
+
+
+@decode_attention.register_fake
+def _(q, k, v, lengths, n_keys):
+    return torch.empty_like(q)
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              lengths: torch.Tensor) -> torch.Tensor:
+    """The same result from scaled dot-product attention with a length mask."""
+    n = int(lengths.max())
+    keys = torch.arange(n, device=q.device)[None, :] < lengths[:, None]
+    return F.scaled_dot_product_attention(q, k[: q.shape[0], :, :n], v[: q.shape[0], :, :n],
+                                          attn_mask=keys[:, None, None, :])
+
+
+def check_decode_attention(dtype: torch.dtype, kv_heads: int, group: int, head_dim: int,
+                           device: torch.device) -> str | None:
+    """None when the kernel matches `reference` on a probe of these shapes (rows of very
+    different lengths, one past a split boundary), else why it cannot be used."""
+    if triton is None:
+        return "Triton is not installed"
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([1, 70, 300], device=device)
+    q, k, v = (torch.randn(*shape, generator=gen).to(device, dtype) for shape in
+               ((3, kv_heads, group, head_dim), (4, kv_heads, 320, head_dim),
+                (4, kv_heads, 320, head_dim)))
+    try:
+        got = decode_attention(q, k, v, lengths, 320).float()
+    except Exception as err:  # noqa: BLE001  any failure to build or run means: do not use it
+        return f"the kernel failed: {type(err).__name__}: {err}"
+    want = reference(q.float(), k.float(), v.float(), lengths)
+    tolerance = 1e-4 if dtype == torch.float32 else 3e-2
+    if not torch.allclose(got, want, atol=tolerance, rtol=tolerance):
+        return (f"the kernel's output differs from the reference by up to "
+                f"{float((got - want).abs().max()):.3g}")
+    return None

@@ -1,0 +1,65 @@
+"""Checks of the real-length decode attention kernel, run by `test_decode_attention.py`
+through `tests/kernels.py` (on a GPU, or on a CPU under Triton's interpreter)."""
+
+from __future__ import annotations
+
+import torch
+
+from lab.engine.cache import StaticKVCache
+from lab.engine.decode_attention import (
+    check_decode_attention,
+    decode_attention,
+    reference,
+    splits,
+)
+from lab.engine.llm import LM, LMConfig
+
+
+def kernel_matches_reference(device: str) -> None:
+    """Rows of 1 key, a block and one past it, and the whole bucket; one row (split along the
+    keys) and several; grouped query heads padded up to the kernel's 16; cache buffers with
+    more slots than rows."""
+    gen = torch.Generator().manual_seed(0)
+    for batch, kv_heads, group, dim, n_keys in ((1, 2, 3, 16, 200), (5, 2, 3, 32, 200),
+                                                (4, 1, 1, 16, 64), (3, 2, 4, 16, 130)):
+        lengths = torch.tensor([1, 64, 65, n_keys, 2][:batch]).clamp(max=n_keys).to(device)
+        q = torch.randn(batch, kv_heads, group, dim, generator=gen).to(device)
+        k, v = (torch.randn(batch + 2, kv_heads, n_keys + 7, dim, generator=gen).to(device)
+                for _ in range(2))
+        got = decode_attention(q, k, v, lengths, n_keys)
+        want = reference(q, k, v, lengths)
+        assert got.shape == q.shape and got.dtype == q.dtype
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert splits(1, 8, 512) == (8, 64)  # one row: split along the keys to fill the GPU
+    assert splits(128, 8, 512) == (1, 512)  # enough rows: one program per (row, KV head)
+    assert check_decode_attention(torch.float32, 2, 3, 16, torch.device(device)) is None
+
+
+def decode_step_matches_the_key_bucket(device: str) -> None:
+    """A decode step of a small LM over a static cache, rows at different positions and one at
+    the scratch position (padding), with and without carried prompt tokens: the real-length
+    attention gives the key bucket's logits."""
+    cfg = LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                   intermediate_size=64, max_seq_len=160)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        lm = LM(cfg).eval().requires_grad_(False).to(device)
+    prompt = torch.randint(0, 64, (4, 100), generator=torch.Generator().manual_seed(1))
+    tokens = torch.tensor([[3], [5], [7], [9]], device=device)
+    positions = torch.tensor([[10], [99], [40], [159]], device=device)  # 159: scratch
+    pre = (torch.tensor([[1, 2, 3, 4]], device=device), torch.tensor([[0, 1, 2, 3]],
+           device=device), torch.tensor([5], device=device))
+    results = []
+    for real in (False, True):
+        cache = StaticKVCache(cfg.n_layers, 6, 160, cfg.n_kv_heads, cfg.head_dim,
+                              device=device)
+        with torch.inference_mode():
+            lm(prompt.to(device), torch.arange(100, device=device).expand(4, -1), cache)
+            for layer in lm.layers:
+                layer.attn.real_lengths = real
+            step = lm(tokens, positions, cache.prefix(128))
+            mixed = lm.forward_mixed(tokens, positions, cache.prefix(128), *pre)
+        results.append((step[:3], mixed[:3], mixed[4:]))
+    for off, on in zip(*results, strict=True):
+        torch.testing.assert_close(on, off, atol=1e-5, rtol=1e-5)
+

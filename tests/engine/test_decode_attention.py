@@ -1,0 +1,17 @@
+"""The real-length decode attention kernel gives what the key bucket's attention gives (the
+checks are in `decode_attention_checks.py`; without a GPU they run under Triton's
+interpreter, see `tests/kernels.py`)."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.kernels import run_check
+
+CHECKS = Path(__file__).with_name("decode_attention_checks.py")
+
+
+@pytest.mark.parametrize("check", ["kernel_matches_reference",
+                                   "decode_step_matches_the_key_bucket"])
+def test_real_length_attention(check):
+    run_check(CHECKS, check)
