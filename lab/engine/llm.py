@@ -246,8 +246,22 @@ def attention_bias(positions, key_positions, group: int, dtype) -> torch.Tensor:
     return torch.where(allowed, torch.zeros((), dtype=dtype, device=allowed.device), -torch.inf)
 
 
+class NarrowedHead(nn.Module):
+    """Rows [start, stop) of an output head, computed through a view of its weight. The view is
+    not a parameter: the full head stays the one parameter that owns (and counts) the memory.
+    """
+
+    def __init__(self, full: nn.Linear, start: int, stop: int) -> None:
+        super().__init__()
+        self.full = full
+        self.rows = full.weight[start:stop]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.rows)
+
+
 @torch.no_grad()
-def _check_narrowed(full: nn.Linear, narrowed: nn.Linear, start: int, stop: int) -> None:
+def _check_narrowed(full: nn.Linear, narrowed: NarrowedHead, start: int, stop: int) -> None:
     """Raise RuntimeError unless `narrowed` gives `full`'s logits [start, stop) on a probe
     (a tensor subclass reports the dtype its layer computes in)."""
     weight = full.weight
@@ -321,9 +335,7 @@ class LM(nn.Module):
         if not 0 <= start < stop <= self.cfg.vocab_size:
             raise ValueError(f"[{start}, {stop}) is not a span of the vocabulary "
                              f"(0..{self.cfg.vocab_size})")
-        weight = self.lm_head.weight[start:stop]
-        head = nn.Linear(self.cfg.dim, stop - start, bias=False, device="meta")
-        head.weight = nn.Parameter(weight, requires_grad=False)
+        head = NarrowedHead(self.lm_head, start, stop)
         _check_narrowed(self.lm_head, head, start, stop)
         self.lm_head, self.head_range = head, (start, stop)
 

@@ -19,6 +19,7 @@ from lab.engine.slots import default_buckets
 from lab.metrics.probe import Phase
 from lab.metrics.rates import EstimateError
 from lab.models.sizing import CONV_EFFICIENCY, Plan, Work, load_fixed_s
+from lab.models.token_backend import stream_window
 from lab.quant.precision import chain
 
 LOGIT_BYTES = 24
@@ -113,7 +114,7 @@ def size_tokens(w: Work, lm: LMConfig, c: TokenCost, notes: tuple[str, ...]) -> 
     rows, units = w.rows, w.units
     waves = math.ceil(units / rows)
     prompt = int(w.unit_chars * c.prompt_per_char) + c.prompt_fixed
-    window = cfg.decode_interval + 2 * cfg.overlap
+    window = stream_window(cfg)
     hidden = (2 * lm.intermediate_size + (H + 2 * lm.n_kv_heads) * lm.head_dim + 4 * lm.dim) * b
     recompute = cfg.kv_cache == "none"
     fed = rows * (cache_len if recompute else 1)
@@ -121,11 +122,13 @@ def size_tokens(w: Work, lm: LMConfig, c: TokenCost, notes: tuple[str, ...]) -> 
     act = max(prefill_tokens, fed) * (hidden + H * cache_len * 4)
     act += rows * lm.vocab_size * LOGIT_BYTES + slots * lm.vocab_size
     act += kv_slot // L * rows if cfg.kv_cache == "dynamic" else 0
-    act += int(rows * window * c.frame_samples * c.act_bytes_per_sample)
+    act += int(rows * window.frames * c.frame_samples * c.act_bytes_per_sample)
     attend = cache_len if cfg.kv_cache == "static" else prompt + per_unit / 2
     row_flops = 2 * lin_params + 4 * L * H * lm.head_dim * attend
     row_flops *= attend if recompute else 1
-    row_flops += c.frame_flops * window / cfg.decode_interval / c.frame_codes / CONV_EFFICIENCY
+    # Codec work at the smallest chunks: growing ones re-decode less context per frame.
+    redo = (window.left + window.hop + window.right) / window.hop
+    row_flops += c.frame_flops * redo / c.frame_codes / CONV_EFFICIENCY
     read = lin_bytes + (0 if recompute else kv_slot * attend / cache_len * rows)
 
     def decode(count: float, n: int) -> Phase:

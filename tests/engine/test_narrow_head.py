@@ -35,7 +35,8 @@ def test_the_narrowed_head_gives_the_full_heads_columns_from_a_view_of_its_rows(
     tokens, positions = torch.tensor([[5, 9, 300]]), torch.arange(3)[None]
     full, weight = lm(tokens, positions), lm.lm_head.weight
     lm.narrow_head(*SPAN)
-    assert lm.lm_head.weight.data_ptr() == weight[SPAN[0]].data_ptr()  # no copy
+    assert lm.lm_head.rows.data_ptr() == weight[SPAN[0]].data_ptr()  # no copy
+    assert sum(p.numel() for p in lm.parameters()) == lm.cfg.n_params  # the full head counts
     torch.testing.assert_close(lm(tokens, positions), full[..., SPAN[0]:SPAN[1]])
     lm.narrow_head(*SPAN)  # the same span again: nothing changes
     assert lm.head_range == SPAN
