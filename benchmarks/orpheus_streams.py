@@ -98,7 +98,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--frames", type=int, default=60, help="audio frames per stream (7 tokens)")
     p.add_argument("--max-len", type=int, default=0, help="cache length (0: fit the run)")
     p.add_argument("--decode-mode", default="cuda-graph", help="LM decode step mode")
-    p.add_argument("--window", default="1,1,2", help="SNAC window hop,left,right in frames")
+    p.add_argument("--window", default="1,1,2",
+                   help="SNAC window hop,left,right[,max_hop] in frames (max_hop: chunks grow "
+                        "up to it while a listener has audio in hand)")
+    p.add_argument("--real-lengths", default="on", choices=("on", "off"),
+                   help="decode attention over each slot's filled positions (on a GPU) or the "
+                        "batch's key bucket")
+    p.add_argument("--narrow-head", default="on", choices=("on", "off"),
+                   help="compute logits for the tokens Orpheus can emit only, or the whole "
+                        "vocabulary")
     p.add_argument("--snac-compile", default="default", help="'none' or a torch.compile mode")
     p.add_argument("--snac-dtype", default="fp32", choices=sorted(DTYPES))
     p.add_argument("--side-stream", action="store_true", help="decode SNAC on a side stream")
@@ -138,8 +146,7 @@ def counts(text: str, kind: type) -> list:
 
 
 def window_of(text: str) -> StreamWindow:
-    hop, left, right = (int(x) for x in text.split(","))
-    return StreamWindow(hop=hop, left=left, right=right)
+    return StreamWindow(*(int(x) for x in text.split(",")))
 
 
 @dataclass(frozen=True)
@@ -183,15 +190,18 @@ def build(args, device: torch.device, n_slots: int, max_len: int):
     codec = SnacCodec(build_snac(snac_cfg), device=device, dtype=DTYPES[args.snac_dtype],
                       noise=False, compile_mode=args.snac_compile, is_dummy=True,
                       cuda_graphs=args.snac_graphs, max_batch=n_slots)
+    constraint = AudioTokenConstraint(layout, allow_stop=False)
     engine = LLMEngine(lm, EngineConfig(n_slots=n_slots, max_len=max_len,
                                         decode_mode=args.decode_mode,
-                                        mixed_prefill=args.mixed_prefill))
+                                        mixed_prefill=args.mixed_prefill,
+                                        real_length_attention=args.real_lengths == "on"),
+                       logits_processor=constraint if args.narrow_head == "on" else None)
     fmt = OrpheusFormat(dummy_tokenizer(layout), layout)
     if args.reference_tokens:
         fmt = ClonedVoice(fmt, reference_tokens(layout, args.reference_tokens))
     tts = TokenTTS(engine, codec, fmt, window=window_of(args.window),
                    side_stream=args.side_stream)
-    engine.runner.logits_processor = AudioTokenConstraint(layout, allow_stop=False)
+    engine.runner.logits_processor = constraint  # set after the engine: the head stays whole
     use_prefix_cache(tts, args.prefix_cache == "on")
     return tts
 
@@ -634,6 +644,17 @@ def _num(row: dict, key: str, spec: str) -> str:
     return "-" if value is None else format(value, spec) + _spread(row, key, spec)
 
 
+def _attention_and_head(result: dict) -> str:
+    """What the decode step reads, for runs that recorded it."""
+    if "real_lengths" not in result:
+        return ""
+    reads = "each slot's own positions" if result["real_lengths"] else "the batch's key bucket"
+    head = result["head_range"]
+    logits = ("the whole vocabulary" if head is None
+              else f"tokens {head[0]}..{head[1] - 1} only")
+    return f"Decode attention reads {reads}; logits for {logits}. "
+
+
 def _header(result: dict) -> list[str]:
     open_rows = (result.get("open_loop") or {}).get("rows")
     rows = open_rows or result["streams"]
@@ -651,8 +672,9 @@ def _header(result: dict) -> list[str]:
             "- Anomalies:" + (" none seen" if not anomalies else ""),
             *[f"  - {a}" for a in anomalies], "",
             f"LM {result['dtype']}, decode mode {result['decode_mode']}, {slots}cache "
-            f"{result['max_len']} positions. Prompt {result['prompt_tokens']} tokens. SNAC window "
-            f"{result['window']} (hop,left,right frames), codec {result['snac_compile']} "
+            f"{result['max_len']} positions. Prompt {result['prompt_tokens']} tokens. "
+            f"{_attention_and_head(result)}SNAC window "
+            f"{result['window']} (hop,left,right[,max_hop] frames), codec {result['snac_compile']} "
             f"{result['snac_dtype']}{' in CUDA graphs' if result.get('snac_graphs') else ''}, "
             f"side stream {result['side_stream']}, prompt tokens "
             f"carried by a decode step {result.get('mixed_prefill', 0)}, speaker reference "
@@ -828,7 +850,9 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
         "prompt_tokens": prompt_len(tts),
         "mixed_prefill": args.mixed_prefill, "gc_frozen": not args.gc_everything,
         "prefix_cache": args.prefix_cache, "reference_tokens": args.reference_tokens,
-        "slots": args.slots, "repeats": args.repeats, "open_loop": open_loop, "streams": rows,
+        "real_lengths": any(layer.attn.real_lengths for layer in tts.engine.runner.model.layers),
+        "head_range": tts.engine.runner.head_range, "slots": args.slots,
+        "repeats": args.repeats, "open_loop": open_loop, "streams": rows,
         "snac": snac_microbench(args, device, [1, 4] if args.smoke else [1, 16, 64],
                                 window.frames),
         "windows": window_quality(args, device, WINDOWS[:2] if args.smoke else WINDOWS),
