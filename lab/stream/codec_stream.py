@@ -13,6 +13,7 @@ never waits on the codec.
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -147,6 +148,7 @@ class StreamingDecoder:
         self.frame_s = codec.frame_samples / codec.sample_rate
         self.streams: dict[str, _Stream] = {}
         self._touched: set[str] = set()  # streams pushed or closed since the last launch
+        self._waking: list[tuple[float, str]] = []  # (when its lead falls to the guard, stream)
         use_side = side_stream and codec.device.type == "cuda"
         self._side = torch.cuda.Stream(device=codec.device) if use_side else None
         self.notes: list[str] = []
@@ -211,13 +213,16 @@ class StreamingDecoder:
         if s.chunks == 0 or sizes[-1] == self.window.hops[-1]:
             return sizes[-1] if s.chunks else sizes[0]
         ahead = s.emitted * self.frame_s - (now - s.started)
-        return sizes[-1] if ahead < self.guard_s else None
+        return sizes[-1] if ahead <= self.guard_s else None
 
     def due(self) -> list[_Job]:
         """One job per stream that can emit now. Only streams that changed since the last
-        launch are checked (a stream's frames move only by push and close), and those that
-        emitted or chose to wait, which may be due again with no new frame."""
+        launch are checked (a stream's frames move only by push and close), those that
+        emitted (they may hold another chunk), and those that chose to wait and whose lead
+        over playback has now fallen to the guard."""
         touched, self._touched, now = self._touched, set(), self.clock()
+        while self._waking and self._waking[0][0] <= now:
+            touched.add(heapq.heappop(self._waking)[1])
         jobs = []
         for sid in sorted(touched):
             stream = self.streams.get(sid)
@@ -226,8 +231,11 @@ class StreamingDecoder:
             job = self._job(sid, stream, now)
             if job is not None:
                 jobs.append(job)
-            if job is None and self._waits(stream) or job is not None and not job.final:
-                self._touched.add(sid)
+                if not job.final:
+                    self._touched.add(sid)
+            elif self._waits(stream):
+                wake = stream.started + stream.emitted * self.frame_s - self.guard_s
+                heapq.heappush(self._waking, (wake, sid))
         return jobs
 
     def _waits(self, s: _Stream) -> bool:

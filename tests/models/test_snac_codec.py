@@ -198,3 +198,21 @@ def test_a_max_hop_below_hop_is_refused():
         StreamWindow(hop=4, max_hop=2)
     assert StreamWindow(hop=3, max_hop=10).hops == (3, 6, 10)
     assert StreamWindow(hop=3).hops == (3,) and StreamWindow(hop=3).frames == 6
+
+
+def test_a_waiting_stream_emits_when_its_lead_runs_out_without_a_new_frame(codec):
+    """Frames stop coming (a slow step): once playback has eaten into the lead, the frames the
+    stream held back go out, in the largest chunk size they fill."""
+    clock = Clock()
+    decoder = StreamingDecoder(codec, StreamWindow(hop=1, left=2, right=2, max_hop=8),
+                               clock=clock)
+    decoder.open("s")
+    frames, sizes = codes(1, 12, seed=9), []
+    for step in range(12):
+        decoder.push("s", frames[0, step : step + 1])
+        sizes += [len(c.audio) // codec.frame_samples for c in decoder.decode_due()]
+    assert sizes == [1, 1, 1]  # three frames in hand: ahead by 0.256 s, more than the guard
+    assert decoder.decode_due() == []  # it waits for a chunk of 8
+    clock.now = 3 * decoder.frame_s - decoder.guard_s + 1e-9  # its lead is down to the guard
+    (chunk,) = decoder.decode_due()
+    assert len(chunk.audio) // codec.frame_samples == 4  # 7 ready: the largest size they fill
