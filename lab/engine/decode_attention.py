@@ -111,7 +111,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Te
     top = stats[0].amax(dim=2, keepdim=True)
     weight = torch.exp(stats[0] - top)  # an empty split (max -inf) weighs 0
     out = (acc * weight[..., None]).sum(2) / (stats[1] * weight).sum(2)[..., None]
-    return out[:, :, :group].to(q.dtype)
+    return out[:, :, :group].to(q.dtype).contiguous()
 
 
 @torch.library.custom_op("lab::decode_attention", mutates_args=())
@@ -129,7 +129,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths:
 
 @decode_attention.register_fake
 def _(q, k, v, lengths, n_keys):
-    return torch.empty_like(q)
+    return q.new_empty(q.shape)  # contiguous, as the kernel's result is
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

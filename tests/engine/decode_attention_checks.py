@@ -12,7 +12,7 @@ from lab.engine.decode_attention import (
     reference,
     splits,
 )
-from lab.engine.llm import LM, LMConfig
+from lab.engine.llm import LM, LMConfig, call_block
 
 
 def kernel_matches_reference(device: str) -> None:
@@ -28,6 +28,7 @@ def kernel_matches_reference(device: str) -> None:
                 for _ in range(2))
         got = decode_attention(q, k, v, lengths, n_keys)
         want = reference(q, k, v, lengths)
+        torch.library.opcheck(decode_attention, (q, k, v, lengths, n_keys))
         assert got.shape == q.shape and got.dtype == q.dtype
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert splits(1, 8, 512) == (8, 64)  # one row: split along the keys to fill the GPU
@@ -63,3 +64,26 @@ def decode_step_matches_the_key_bucket(device: str) -> None:
     for off, on in zip(*results, strict=True):
         torch.testing.assert_close(on, off, atol=1e-5, rtol=1e-5)
 
+
+
+def compiled_step_matches_eager(device: str) -> None:
+    """A compiled block with dynamic shapes calls the kernel as a custom op (its fake result
+    has the kernel's shape and strides), at two key buckets without recompiling for each."""
+    cfg = LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                   intermediate_size=64, max_seq_len=160)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        lm = LM(cfg).eval().requires_grad_(False).to(device)
+    cache = StaticKVCache(cfg.n_layers, 4, 160, cfg.n_kv_heads, cfg.head_dim, device=device)
+    block = torch.compile(call_block, dynamic=True)
+    tokens = torch.tensor([[3], [5], [7]], device=device)
+    positions = torch.tensor([[10], [49], [30]], device=device)
+    with torch.inference_mode():
+        lm(torch.randint(0, 64, (3, 50), device=device),
+           torch.arange(50, device=device).expand(3, -1), cache)
+        for layer in lm.layers:
+            layer.attn.real_lengths = True
+        for n_keys in (64, 128):
+            eager = lm(tokens, positions, cache.prefix(n_keys))
+            compiled = lm(tokens, positions, cache.prefix(n_keys), block_fn=block)
+            torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)

@@ -12,6 +12,7 @@ CHECKS = Path(__file__).with_name("decode_attention_checks.py")
 
 
 @pytest.mark.parametrize("check", ["kernel_matches_reference",
-                                   "decode_step_matches_the_key_bucket"])
+                                   "decode_step_matches_the_key_bucket",
+                                   "compiled_step_matches_eager"])
 def test_real_length_attention(check):
     run_check(CHECKS, check)
