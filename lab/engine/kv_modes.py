@@ -59,7 +59,7 @@ class _SlotMode:
         """Nothing to capture."""
 
     def read_real_lengths(self) -> None:
-        """Nothing to narrow: only the static cache's decode step reads a key bucket."""
+        """Nothing to change: only the static cache's decode step reads a key bucket."""
 
     def record(self, requests: list[Request], tokens: torch.Tensor) -> None:
         """Nothing to do: a sampled token reaches the model as the next step's input."""

@@ -184,7 +184,6 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         return y.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
 
-
     def _reads_real_lengths(self, t, contiguous, kv) -> bool:
         """One token per row of slots [0, B) over a static cache in the model's dtype."""
         return (self.real_lengths and t == 1 and contiguous and isinstance(kv, StaticLayer)

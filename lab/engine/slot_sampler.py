@@ -46,7 +46,7 @@ class _Buffers:
 
 
 class SlotSampler:
-    """`sampler(requests, logits, shortlist)` -> each request's next token [n] on the device.
+    """`sampler(requests, logits, shortlist)` -> each request's next token [n] on the device;
     `first_id` is the token of logits column 0 (see `sample`).
 
     `seen` [n_slots + 1, V] and `last_token` [n_slots + 1] are the runner's per-slot state
