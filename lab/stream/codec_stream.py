@@ -13,6 +13,7 @@ never waits on the codec.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import time
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ class StreamWindow:
             raise CodecError(f"max_hop={self.max_hop} is below hop={self.hop}; use 0 for "
                              f"chunks of hop frames only, or a value >= hop")
 
-    @property
+    @functools.cached_property
     def hops(self) -> tuple[int, ...]:
         """The chunk sizes a stream may take, smallest first: few sizes, so the streams due
         on one step still share decode calls."""
