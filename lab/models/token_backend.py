@@ -128,8 +128,8 @@ class TokenBackend:
         """Capture or compile every decode bucket, then run a few tokens of one request per
         text through the engine and the codec and capture sampling at every bucket for the
         shapes that run showed, so set-up (and any failure of it) happens at load rather than
-        in the first request. What is alive then lives as long as the backend,
-        so it is frozen out of later garbage collections (see `heap`)."""
+        in the first request. What is alive then lives as long as the backend, so it is
+        frozen out of later garbage collections (see `heap`)."""
         self.tts.engine.runner.warmup()
         units = [self.prepare(text)[0][0] for text in texts]
         params = [dataclasses.replace(self._sampling(u, 0), max_tokens=self.warmup_tokens)
