@@ -84,7 +84,10 @@ class ModelRunner:
         self.model, self.max_len = model, max_len
         self.device = model.embed.weight.device
         self.notes: list[str] = []
-        self.head_range = self._narrow_head(model, logits_processor)
+        self._narrow_head(model, logits_processor)
+        # The model's own record: a head narrowed by an earlier engine over the same model
+        # still maps logits columns to tokens from its first row.
+        self.head_range: tuple[int, int] | None = getattr(model, "head_range", None)
         self.kv = KV_MODES[kv_cache](model, n_slots=n_slots, max_len=max_len,
                                      decode_mode=decode_mode, buckets=buckets,
                                      key_buckets=key_buckets, kv_dtype=kv_dtype,
@@ -108,21 +111,19 @@ class ModelRunner:
         self._true = torch.ones((), dtype=torch.bool, device=self.device)
         self.logits_processor = logits_processor
 
-    def _narrow_head(self, model, processor) -> tuple[int, int] | None:
-        """The vocabulary span the head computes, narrowed to the processor's declared
-        `vocab_range`; None (every row) where it declares none or the head's weight cannot be
-        sliced (a quantized layout without row slicing), which the fallbacks then say."""
+    def _narrow_head(self, model, processor) -> None:
+        """Narrow the head to the processor's declared `vocab_range`, if any; where the head's
+        weight cannot be sliced (a quantized layout without row slicing) it stays whole and
+        the fallbacks say so."""
         span = getattr(processor, "vocab_range", None)
         if span is None:
-            return None
+            return
         try:
             model.narrow_head(*span)
         except (RuntimeError, NotImplementedError, TypeError) as err:
             self.notes.append(f"the output head computes every vocabulary row: narrowing it "
                               f"to tokens {span[0]}..{span[1] - 1} failed ({type(err).__name__}: "
                               f"{err})")
-            return None
-        return tuple(span)
 
     @property
     def fallbacks(self) -> list[str]:
