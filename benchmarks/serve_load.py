@@ -147,12 +147,13 @@ def serve(preset: str, overrides: list[str], threads: int, slots: int | None,
     return ServeProcess(args, env=env)
 
 
-def anomalies_of(rows: list[dict]) -> list[str]:
-    """What the numbers themselves say is off: a load generator that fell behind."""
+def anomalies_of(rows: list[dict], fallbacks: list[str]) -> list[str]:
+    """What the run itself says is off: a load generator that fell behind, and every
+    fallback the server reported (a slower path than its preset asks for)."""
     late = [r for r in rows if (r.get("lag_p99_ms") or 0) > LAG_NOTE_MS]
-    return [f"The load generator sent requests late at {r['shape']} {r['load']:g} (lag p99 "
-            f"{r['lag_p99_ms']:.0f} ms); that lag is inside those rows' ttfa."
-            for r in late]
+    return [*(f"The load generator sent requests late at {r['shape']} {r['load']:g} (lag p99 "
+              f"{r['lag_p99_ms']:.0f} ms); that lag is inside those rows' ttfa." for r in late),
+            *(f"The server fell back: {note}" for note in fallbacks)]
 
 
 def header(result: dict) -> list[str]:
@@ -214,7 +215,7 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
                         "request at a time, no server, the same sentences"
                         + ("; the in-process open rows: the same pipeline under the same "
                            "Poisson arrivals without HTTP" if args.in_process_rates else ""),
-            "anomalies": anomalies_of(row_dicts), "notes": NOTES, "rows": row_dicts,
+            "anomalies": anomalies_of(row_dicts, ready.get("fallbacks") or []), "notes": NOTES, "rows": row_dicts,
             "table": table_rows(rows),
             "requests": [asdict(r) for r in [*local, *loaded.records]]}
 

@@ -147,6 +147,8 @@ def check_decode_attention(dtype: torch.dtype, kv_heads: int, group: int, head_d
     different lengths, one past a split boundary), else why it cannot be used."""
     if triton is None:
         return "Triton is not installed"
+    if head_dim < 16 or head_dim & (head_dim - 1):
+        return f"head dim {head_dim}: the kernel takes a power of two of at least 16"
     gen = torch.Generator().manual_seed(0)
     lengths = torch.tensor([1, 70, 300], device=device)
     q, k, v = (torch.randn(*shape, generator=gen).to(device, dtype) for shape in

@@ -79,10 +79,13 @@ class SlotSampler:
         far."""
         return sorted(self._graphs)
 
+    @torch.inference_mode()
     def capture_every_bucket(self) -> None:
         """Capture every batch bucket for each logits shape sampled so far (a warm-up run
         shows the shapes), so no request pays for a capture when the batch first grows past a
-        bucket; a failure lands in `fallbacks` as it would at first use."""
+        bucket; a failure lands in `fallbacks` as it would at first use. Runs in inference
+        mode, as the runner's sampling does: the buffers were made there, and writing them
+        outside it fails."""
         for key, buffers in list(self._buffers.items()):
             for bucket in self.buckets:
                 self._graph(key, bucket, buffers)
@@ -140,10 +143,11 @@ class SlotSampler:
         return buffers.tokens[:n]
 
     def _allocate(self, key: tuple) -> _Buffers:
-        """Zeroed buffers, so padding rows always hold finite logits and valid token ids."""
+        """Buffers whose padding rows hold finite logits (zeros) and a shortlist of the first
+        token the logits cover, so even a narrowed head's padding rows gather in bounds."""
         b, (vocab, width, dtype), dev = self.buckets[-1], key, self.device
         rows = torch.tensor([self._padding_row] * b, dtype=torch.float64, device=dev)
-        ids = torch.zeros(b, width, dtype=torch.long, device=dev) if width else None
+        ids = torch.full((b, width), self.first_id, dtype=torch.long, device=dev) if width else None
         allowed = torch.ones(b, width, dtype=torch.bool, device=dev) if width else None
         self._buffers[key] = _Buffers(rows, torch.zeros(b, vocab, dtype=dtype, device=dev), ids,
                                       allowed, torch.zeros(b, dtype=torch.long, device=dev))

@@ -34,13 +34,16 @@ def kernel_matches_reference(device: str) -> None:
     assert splits(1, 8, 512) == (8, 64)  # one row: split along the keys to fill the GPU
     assert splits(128, 8, 512) == (1, 512)  # enough rows: one program per (row, KV head)
     assert check_decode_attention(torch.float32, 2, 3, 16, torch.device(device)) is None
+    for dim in (8, 48):  # tl.dot needs 16 along the reduced dim; tl.arange, a power of two
+        assert "power of two" in check_decode_attention(torch.float32, 2, 3, dim,
+                                                        torch.device(device))
 
 
 def decode_step_matches_the_key_bucket(device: str) -> None:
     """A decode step of a small LM over a static cache, rows at different positions and one at
     the scratch position (padding), with and without carried prompt tokens: the real-length
     attention gives the key bucket's logits."""
-    cfg = LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+    cfg = LMConfig(vocab_size=64, dim=64, n_layers=2, n_heads=4, n_kv_heads=2,
                    intermediate_size=64, max_seq_len=160)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -69,7 +72,7 @@ def decode_step_matches_the_key_bucket(device: str) -> None:
 def compiled_step_matches_eager(device: str) -> None:
     """A compiled block with dynamic shapes calls the kernel as a custom op (its fake result
     has the kernel's shape and strides), at two key buckets without recompiling for each."""
-    cfg = LMConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+    cfg = LMConfig(vocab_size=64, dim=64, n_layers=2, n_heads=4, n_kv_heads=2,
                    intermediate_size=64, max_seq_len=160)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

@@ -16,13 +16,13 @@ N_SLOTS, VOCAB, WIDTH = 8, 300, 40
 BUCKETS = (1, 2, 4, 8)
 
 
-def _samplers(device: str) -> tuple[SlotSampler, SlotSampler]:
+def _samplers(device: str, first_id: int = 0) -> tuple[SlotSampler, SlotSampler]:
     """An eager and a static sampler, each over its own zeroed slot state."""
     made = []
     for static in (False, True):
         seen = torch.zeros(N_SLOTS + 1, VOCAB, dtype=torch.bool, device=device)
         last = torch.zeros(N_SLOTS + 1, dtype=torch.long, device=device)
-        made.append(SlotSampler(seen, last, BUCKETS, static=static))
+        made.append(SlotSampler(seen, last, BUCKETS, static=static, first_id=first_id))
     return made[0], made[1]
 
 
@@ -65,6 +65,23 @@ def test_padded_sampling_gives_eager_tokens_and_slot_state(device, shortlisted):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_a_narrowed_head_pads_with_token_ids_its_logits_cover(device):
+    """Logits of a head narrowed to tokens [100, VOCAB): padding rows of a bucket must gather
+    inside that span too, or the captured step indexes out of bounds."""
+    first = 100
+    eager, static = _samplers(device, first_id=first)
+    generator = torch.Generator().manual_seed(1)
+    for slots in ([0, 1, 2], [5], [3, 4, 6, 7, 0]):
+        logits = torch.randn(len(slots), VOCAB - first, generator=generator).to(device)
+        ids = torch.stack([first + torch.randperm(VOCAB - first, generator=generator)[:WIDTH]
+                           for _ in slots]).sort(dim=-1).values.to(device)
+        shortlist = Candidates(ids, None)
+        want = eager(_requests(slots, 1.3), logits, shortlist).tolist()
+        assert static(_requests(slots, 1.3), logits, shortlist).tolist() == want
+        assert all(first <= t < VOCAB for t in want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_padding_rows_write_only_the_scratch_slot(device):
     _, static = _samplers(device)
     static.last_token[:N_SLOTS] = 7
@@ -89,15 +106,18 @@ def test_a_row_without_the_fixed_size_top_k_samples_eagerly_with_the_same_tokens
 def test_every_bucket_is_captured_ahead_for_the_shapes_seen(device):
     """After one batch of 3, capturing ahead covers every bucket for that logits shape (on a
     GPU: graphs, so a later batch of 8 replays one instead of capturing mid-request), and the
-    tokens stay eager's."""
+    tokens stay eager's. The first batch samples in inference mode and the capture runs
+    outside it, as in a backend's warm-up."""
     eager, static = _samplers(device)
     logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(2)).to(device)
-    static(_requests([0, 1, 2], 1.1), logits)
+    with torch.inference_mode():  # as the runner samples, so the buffers are made in it
+        static(_requests([0, 1, 2], 1.1), logits)
     eager(_requests([0, 1, 2], 1.1), logits)
-    static.capture_every_bucket()
+    static.capture_every_bucket()  # as a warm-up calls it: outside inference mode
     key = (VOCAB, 0, logits.dtype)
     assert static.captured == ([(b, *key) for b in BUCKETS] if device == "cuda" else [])
     logits = torch.randn(8, VOCAB, generator=torch.Generator().manual_seed(3)).to(device)
     want = eager(_requests(list(range(8)), 1.1), logits).tolist()
-    assert static(_requests(list(range(8)), 1.1), logits).tolist() == want
+    with torch.inference_mode():
+        assert static(_requests(list(range(8)), 1.1), logits).tolist() == want
     assert not static.fallbacks
