@@ -215,7 +215,8 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
                         "request at a time, no server, the same sentences"
                         + ("; the in-process open rows: the same pipeline under the same "
                            "Poisson arrivals without HTTP" if args.in_process_rates else ""),
-            "anomalies": anomalies_of(row_dicts, ready.get("fallbacks") or []), "notes": NOTES, "rows": row_dicts,
+            "anomalies": anomalies_of(row_dicts, ready.get("fallbacks") or []), "notes": NOTES,
+            "rows": row_dicts,
             "table": table_rows(rows),
             "requests": [asdict(r) for r in [*local, *loaded.records]]}
 

@@ -24,6 +24,7 @@ from lab.quant import QUANTS
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = tuple(_DTYPE_TABLE)
+CODEC_DTYPES = ("auto", *DTYPES)
 KV_CACHES = tuple(KV_MODES)
 KV_DTYPES = tuple(_KV_DTYPE_TABLE)
 COMPILE_MODES = tuple(_COMPILE_TABLE)
@@ -33,6 +34,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "family": tuple(FAMILIES),
     "device": DEVICES,
     "dtype": DTYPES,
+    "codec_dtype": CODEC_DTYPES,
     "quant": QUANTS,
     "kv_cache": KV_CACHES,
     "kv_dtype": KV_DTYPES,
@@ -96,7 +98,10 @@ class PipelineConfig:
     in fp8, prompt chunks of up to `mixed_prefill` tokens carried inside decode steps, and the
     tokens every prompt to a voice shares prefilled once at load and copied.
     `codec_side_stream` decodes codec windows on a second CUDA stream, so the next decode step
-    runs while they decode instead of after them.
+    runs while they decode instead of after them. `codec_dtype` is the codec's own precision
+    ("auto": the family's choice), apart from the LM's `dtype`: under many streams the codec
+    takes as much of the GPU as the LM's steps, and its convolutions gain from half precision
+    where the LM's does not decide it.
     """
 
     family: str = "piper-vits"
@@ -104,6 +109,7 @@ class PipelineConfig:
     weights: str = "real"
     device: str = "auto"
     dtype: str = "fp32"
+    codec_dtype: str = "auto"
     quant: str = "none"
     batch_size: int = 1
     stream: bool = True

@@ -106,7 +106,7 @@ def greedy_by_serving_knobs():
     """The tiny Orpheus pipeline, greedy, plain and with each serving knob of the engine."""
     knobs = {"plain": {}, "prefix": {"prefix_cache": True}, "mixed": {"mixed_prefill": 8},
              "fp8": {"kv_dtype": "fp8-e4m3"}, "side": {"codec_side_stream": True},
-             "grow": {"max_decode_interval": 8}}
+             "grow": {"max_decode_interval": 8}, "codec_bf16": {"codec_dtype": "bf16"}}
     return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
                                        sampling={"temperature": 0.0, "max_tokens": 42}))
             for name, extra in knobs.items()}
@@ -168,3 +168,21 @@ def test_growing_chunks_reach_the_decoder_and_leave_the_audio_alone(greedy_by_se
     grown, fixed = (p.backend.tts.decoder.decoded_windows - b
                     for p, b in zip((pipe, plain), before, strict=True))
     assert 0 < grown <= fixed
+
+
+def test_the_codec_runs_in_its_own_precision_and_only_the_codec_rounds(greedy_by_serving_knobs):
+    """The same greedy tokens decoded by a bf16 SNAC: audio of the same length, close to the
+    fp32 codec's but not equal to it, so the knob reached the codec and the LM kept fp32."""
+    pipe, plain = greedy_by_serving_knobs["codec_bf16"], greedy_by_serving_knobs["plain"]
+    codecs = [p.backend.tts.codec for p in (pipe, plain)]
+    assert [c.dtype for c in codecs] == [torch.bfloat16, torch.float32]
+    assert {next(c.model.parameters()).dtype for c in codecs} == {torch.bfloat16, torch.float32}
+    assert next(pipe.backend.tts.engine.runner.model.parameters()).dtype == torch.float32
+    text = "Three short words."  # random greedy weights give this one 6 frames of audio
+    ours, theirs = pipe.synthesize(text), plain.synthesize(text)
+    assert ours.audio.dtype == theirs.audio.dtype == np.float32
+    assert ours.audio.shape == theirs.audio.shape and len(ours.audio)
+    error = ours.audio - theirs.audio
+    assert np.abs(error).max() > 0
+    snr_db = 10 * np.log10(np.sum(theirs.audio ** 2) / np.sum(error ** 2))
+    assert snr_db > 20, snr_db

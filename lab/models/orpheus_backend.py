@@ -30,6 +30,7 @@ from lab.models.snac_codec import FRAME_CODES, HUB_ID, SNAC_24KHZ, SnacCodec, bu
 from lab.models.token_backend import (
     LM_PLAN,
     TokenBackend,
+    chosen_codec_dtype,
     engine_config,
     tts_options,
 )
@@ -48,8 +49,9 @@ ORPHEUS_FAMILY = Family(
     "orpheus", "Orpheus: a Llama language model emitting SNAC codec tokens",
     autoregressive=True,
     quantization=(
-        "quantization acts on the language model's linear layers (the SNAC codec stays "
-        "in the chosen precision); int8-weight and int8-dynamic run on CPU or GPU, "
+        "quantization acts on the language model's linear layers (the SNAC codec is not "
+        "quantized: it runs in `codec_dtype`, fp32 by default); int8-weight and int8-dynamic "
+        "run on CPU or GPU, "
         "int4-weight and fp8 need a CUDA GPU and bf16 (fp8 also compute capability "
         "8.9+) and otherwise fall back to int8"),
     unsupported={knob: "it samples codec tokens; these scale the VITS voice's noise and "
@@ -66,10 +68,12 @@ def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int):
     fine-tune) holding the LM and its tokenizer; SNAC comes from its hub id. Dummy weights:
     `cfg.model` may name an LM shape (e.g. "tiny-llama"); vocabularies too small for Orpheus
     get the compact token layout and a tiny codec. With `cuda_graphs` on a GPU the codec's
-    window decode is captured too, for batches of up to `n_slots` streams.
+    window decode is captured too, for batches of up to `n_slots` streams. The codec runs in
+    fp32 unless `codec_dtype` names another precision.
     """
     codec_compile = cfg.compile if device.type == "cuda" else "none"
-    graphs = {"cuda_graphs": cfg.cuda_graphs and device.type == "cuda", "max_batch": n_slots}
+    codec_options = {"cuda_graphs": cfg.cuda_graphs and device.type == "cuda",
+                     "max_batch": n_slots, "dtype": chosen_codec_dtype(cfg) or torch.float32}
     if cfg.weights == "dummy":
         shape = "orpheus-3b" if cfg.model == "default" else cfg.model
         lm, lm_cfg = load_lm("dummy", shape=shape, dtype=cfg.dtype, device=device, seed=cfg.seed)
@@ -78,12 +82,12 @@ def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int):
         codec = SnacCodec(build_snac({**base, "codebook_size": layout.codebook_size},
                                      seed=cfg.seed),
                           device=device, noise=False, compile_mode=codec_compile, is_dummy=True,
-                          **graphs)
+                          **codec_options)
         return lm, lm_cfg, layout, dummy_tokenizer(layout), codec
     source = DEFAULT_MODEL if cfg.model == "default" else cfg.model
     lm, lm_cfg = load_lm(source, dtype=cfg.dtype, device=device)
     codec = SnacCodec.from_source(HUB_ID, device=device, noise=False, compile_mode=codec_compile,
-                                  **graphs)
+                                  **codec_options)
     return lm, lm_cfg, ORPHEUS, load_tokenizer(source), codec
 
 

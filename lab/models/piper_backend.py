@@ -43,6 +43,8 @@ PIPER_FAMILY = Family(
                              "there is no next decode step for a side stream to overlap",
         "max_decode_interval": "its chunks are planned from the sentence's frames, which all "
                                "exist before the first chunk: no token stream paces them",
+        "codec_dtype": "its vocoder is part of the voice's one network and runs in the "
+                       "pipeline's dtype with the rest of it",
         "voice": "the embedded voice has a single speaker",
         "weights": "the embedded voice ships with its real weights only",
     })

@@ -23,6 +23,7 @@ from lab.engine.scheduler import POLICIES
 from lab.metrics.timers import RequestMeter
 from lab.models.backend import Family
 from lab.models.token_tts import TokenTTS
+from lab.quant import DTYPES
 from lab.quant.plan import PrecisionPlan, PrecisionReport
 from lab.stream.codec_stream import StreamWindow
 
@@ -51,6 +52,11 @@ def engine_config(cfg: PipelineConfig, *, n_slots: int | None = None,
                         kv_cache=cfg.kv_cache, kv_dtype=cfg.kv_dtype,
                         mixed_prefill=min(cfg.mixed_prefill, max_len - 1),
                         decode_mode=decode_mode(cfg.compile, cfg.cuda_graphs))
+
+
+def chosen_codec_dtype(cfg: PipelineConfig) -> torch.dtype | None:
+    """The codec precision the config names; None for "auto", where the family chooses."""
+    return None if cfg.codec_dtype == "auto" else DTYPES[cfg.codec_dtype]
 
 
 def sampling_params(cfg: SamplingConfig, *, seed: int | None = None) -> SamplingParams:

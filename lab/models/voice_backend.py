@@ -28,6 +28,7 @@ from lab.models.sizing import Plan, Work
 from lab.models.token_backend import (
     LM_PLAN,
     TokenBackend,
+    chosen_codec_dtype,
     engine_config,
     tts_options,
 )
@@ -56,9 +57,10 @@ VOICE_FAMILY = Family(
                 "speaking latent-codec tokens that the voice's own HiFi-GAN decodes",
     autoregressive=True,
     quantization=(
-        "quantization acts on the language model's linear layers (the codec's generator "
-        "stays in the chosen precision, or in fp32 when bf16 is asked on a CPU that emulates "
-        "it); int8-weight and int8-dynamic run on CPU or GPU, "
+        "quantization acts on the language model's linear layers (the codec's generator is "
+        "not quantized: it runs in `codec_dtype`, by default the LM's precision, or fp32 when "
+        "bf16 is asked on a CPU that emulates it); int8-weight and int8-dynamic run on CPU or "
+        "GPU, "
         "int4-weight and fp8 need a CUDA GPU and bf16 (fp8 also compute capability 8.9+) "
         "and otherwise fall back to int8"),
     unsupported={
@@ -90,9 +92,10 @@ def max_tokens_for(layout: VoiceLayout, n_phonemes: int) -> int:
 
 
 def codec_dtype(lm_dtype: torch.dtype, device: torch.device, notes: list[str]) -> torch.dtype:
-    """The generator follows the LM's precision, except in bf16 on a CPU that emulates it:
-    there its convolutions run many times slower than in fp32, while the small LM's
-    matrix-vector products, bound by memory, still gain from weights of half the bytes."""
+    """The generator's precision for `codec_dtype: auto`: the LM's, except in bf16 on a CPU
+    that emulates it: there its convolutions run many times slower than in fp32, while the
+    small LM's matrix-vector products, bound by memory, still gain from weights of half the
+    bytes."""
     if lm_dtype != torch.bfloat16 or native_bf16(device):
         return lm_dtype
     notes.append("the codec's generator stays in fp32: this CPU emulates bf16, which slows its "
@@ -118,7 +121,8 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     decoder_path = folder / DECODER_FILE
     decoder = load_decoder(decoder_path, books) if decoder_path.is_file() else None
     codec = LatentCodec(books, voice.model.dec, device=device,
-                        dtype=codec_dtype(lm.embed.weight.dtype, device, report.notes),
+                        dtype=chosen_codec_dtype(cfg)
+                        or codec_dtype(lm.embed.weight.dtype, device, report.notes),
                         compile_mode=codec_compile, decoder=decoder)
     room = min(cfg.sampling.max_tokens + CACHE_ROOM, lm_cfg.max_seq_len)
     engine = LLMEngine(lm, engine_config(cfg, max_len=room),

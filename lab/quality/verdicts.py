@@ -50,9 +50,11 @@ class Verdict:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-LOSSY_KNOBS = {"dtype": "fp32", "quant": "none", "compile": "none", "kv_dtype": "auto"}
+LOSSY_KNOBS = {"dtype": "fp32", "quant": "none", "compile": "none", "kv_dtype": "auto",
+               "codec_dtype": "auto"}
 """The knobs that may change the sound, at the values a reference takes: K/V stored in fp8
-rounds every attention input, as a cast or quantization rounds the weights."""
+rounds every attention input, as a cast or quantization rounds the weights; a codec in half
+precision rounds its convolutions ("auto" with an fp32 LM is fp32 in every family)."""
 
 
 def reference_config(config: object) -> object:

@@ -30,6 +30,7 @@ KNOB_FIELDS = (
     "weights",
     "device",
     "dtype",
+    "codec_dtype",
     "quant",
     "compile",
     "batch_size",
@@ -56,6 +57,7 @@ LABELS = {
     "weights": "Weights",
     "device": "Device",
     "dtype": "Precision",
+    "codec_dtype": "Codec precision",
     "quant": "Quantization",
     "compile": "torch.compile",
     "batch_size": "Batch size",
@@ -209,6 +211,7 @@ class Knobs:
     weights: gr.Dropdown
     device: gr.Dropdown
     dtype: gr.Dropdown
+    codec_dtype: gr.Dropdown
     quant: gr.Dropdown
     compile: gr.Dropdown
     batch_size: gr.Slider
@@ -274,9 +277,9 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
     v = dict(zip(KNOB_FIELDS, knob_values(cfg), strict=True))
     fam = family_info(cfg.family)
     with gr.Row():
-        family, weights, device, dtype, quant, compile_mode = (
+        family, weights, device, dtype, codec_dtype, quant, compile_mode = (
             _dropdown(n, v[n], key, fam)
-            for n in ("family", "weights", "device", "dtype", "quant", "compile"))
+            for n in ("family", "weights", "device", "dtype", "codec_dtype", "quant", "compile"))
     with gr.Row():
         batch_size, decode_interval, overlap, crossfade = (
             _slider(n, v[n], key, fam)
@@ -295,7 +298,7 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
         with gr.Row():
             temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
-    knobs = Knobs(family, weights, device, dtype, quant, compile_mode, batch_size,
+    knobs = Knobs(family, weights, device, dtype, codec_dtype, quant, compile_mode, batch_size,
                   decode_interval, max_interval, overlap, crossfade, seed, kv_cache, kv_dtype,
                   mixed_prefill, batching, graphs, prefix_cache, side_stream, temperature,
                   top_p, note, engine)

@@ -26,6 +26,7 @@ from lab.models.voice_format import PhonemeAlignedConstraint, VoiceLayout, promp
 from lab.models.voice_weights import load_voice_lm
 from lab.pipeline import Pipeline
 from lab.quality.report import evaluate
+from lab.quant import DTYPES
 from lab.stream.codec_stream import CodecError
 
 SENTENCES = ["Please leave the blue folder on my desk.",
@@ -131,3 +132,14 @@ def test_in_bf16_the_codec_stays_fp32_where_the_cpu_emulates_bf16():
     else:
         assert generator_dtype == torch.float32
         assert any("codec's generator stays in fp32" in note for note in report.notes)
+
+
+@pytest.mark.parametrize("lm_dtype, codec", [("bf16", "fp32"), ("fp32", "bf16")])
+def test_a_named_codec_dtype_overrides_the_familys_choice(lm_dtype, codec):
+    """`codec_dtype` sets the generator's precision whatever the LM's, and the run adds no
+    note about the automatic choice it replaced."""
+    cfg = load_preset("ar-voice-cpu", dtype=lm_dtype, codec_dtype=codec)
+    tts, report = build_tts(cfg, torch.device("cpu"), load_voice(teacher_voice(cfg)))
+    assert tts.engine.runner.model.embed.weight.dtype == DTYPES[lm_dtype]
+    assert next(tts.codec.generator.parameters()).dtype == DTYPES[codec]
+    assert not any("codec's generator stays in fp32" in note for note in report.notes)
