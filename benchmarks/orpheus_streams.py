@@ -660,7 +660,8 @@ def _header(result: dict) -> list[str]:
     rows = open_rows or result["streams"]
     repeats = result.get("repeats") or (rows[0].get("repeats", 1) if rows else 1)
     per = "per arrival rate and per stream count" if open_rows else "per stream count"
-    anomalies = result.get("anomalies") or []
+    anomalies = [*(result.get("anomalies") or []),
+                 *(f"The engine or codec fell back: {f}" for f in result.get("fallbacks", []))]
     slots = f"{result['slots']} slots, " if "slots" in result else ""
     return [f"# Orpheus concurrent streams\n\n`{result['command']}`\n",
             f"- Device: {result['device']}; threads {result.get('threads') or 'not recorded'}; "
@@ -775,8 +776,6 @@ def markdown(result: dict) -> str:
              *_codec_tables(result), "",
              f"Targets: >= 100 streams at >= 82 tok/s each: {result['targets']['streams']}; "
              f"TTFA p95 <= 300 ms at 64 streams: {result['targets']['ttfa']}."]
-    if result["fallbacks"]:
-        lines += ["", "Fallbacks: " + "; ".join(result["fallbacks"])]
     if result.get("notes"):
         lines += ["", "## Run notes", ""] + [f"- {n}" for n in result["notes"]]
     return "\n".join(lines) + "\n"
