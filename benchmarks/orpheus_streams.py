@@ -99,8 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-len", type=int, default=0, help="cache length (0: fit the run)")
     p.add_argument("--decode-mode", default="cuda-graph", help="LM decode step mode")
     p.add_argument("--window", default="1,1,2",
-                   help="SNAC window hop,left,right[,max_hop] in frames (max_hop: chunks grow "
-                        "up to it while a listener has audio in hand)")
+                   help="SNAC window hop,left,right[,max_hop[,first]] in frames (max_hop: "
+                        "chunks grow up to it while a listener has audio in hand; first: "
+                        "frames the first chunk emits, 0 for hop)")
     p.add_argument("--real-lengths", default="on", choices=("on", "off"),
                    help="decode attention over each slot's filled positions (on a GPU) or the "
                         "batch's key bucket")
@@ -675,7 +676,8 @@ def _header(result: dict) -> list[str]:
             f"LM {result['dtype']}, decode mode {result['decode_mode']}, {slots}cache "
             f"{result['max_len']} positions. Prompt {result['prompt_tokens']} tokens. "
             f"{_attention_and_head(result)}SNAC window "
-            f"{result['window']} (hop,left,right[,max_hop] frames), codec {result['snac_compile']} "
+            f"{result['window']} (hop,left,right[,max_hop[,first]] frames), codec "
+            f"{result['snac_compile']} "
             f"{result['snac_dtype']}{' in CUDA graphs' if result.get('snac_graphs') else ''}, "
             f"side stream {result['side_stream']}, prompt tokens "
             f"carried by a decode step {result.get('mixed_prefill', 0)}, speaker reference "

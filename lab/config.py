@@ -49,6 +49,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "batch_size": (1, 256),
     "decode_interval": (1, 512),
     "max_decode_interval": (0, 512),
+    "first_chunk_frames": (0, 640),
     "overlap": (0, 128),
     "crossfade_ms": (0.0, 50.0),
     "max_chars": (1, 100_000),
@@ -91,7 +92,10 @@ class PipelineConfig:
     on each side, and neighbouring chunks are blended over `crossfade_ms`. A codec stream's
     chunks grow up to `max_decode_interval` frames while its listener has audio in hand
     (`lab.stream.codec_stream.StreamWindow`), so the codec re-decodes less context per frame;
-    0 keeps every chunk at `decode_interval`.
+    0 keeps every chunk at `decode_interval`. Its first chunk emits `first_chunk_frames`
+    (0: `decode_interval`, at most `decode_interval + overlap`) at the moment the first
+    `decode_interval` frames would go out, with less right context for its end: the same time
+    to first audio, more audio in hand against an early slow step.
 
     `kv_dtype`, `mixed_prefill` and `prefix_cache` shape how an autoregressive engine serves
     many streams (see `lab.engine.engine.EngineConfig` and `lab.engine.prefix`): K/V stored
@@ -115,6 +119,7 @@ class PipelineConfig:
     stream: bool = True
     decode_interval: int = 24
     max_decode_interval: int = 0
+    first_chunk_frames: int = 0
     overlap: int = 12
     crossfade_ms: float = 4.0
     compile: str = "none"
@@ -144,6 +149,13 @@ class PipelineConfig:
             raise ConfigError(f"max_decode_interval={self.max_decode_interval} is below "
                               f"decode_interval={self.decode_interval}; set 0 for chunks of "
                               f"decode_interval frames only, or a value >= decode_interval")
+        if self.first_chunk_frames and not (
+                self.decode_interval <= self.first_chunk_frames
+                <= self.decode_interval + self.overlap):
+            raise ConfigError(f"first_chunk_frames={self.first_chunk_frames} must lie in "
+                              f"[decode_interval, decode_interval + overlap] = "
+                              f"[{self.decode_interval}, {self.decode_interval + self.overlap}], "
+                              f"or be 0 for decode_interval")
         if self.crossfade_ms > 0 and self.overlap == 0:
             raise ConfigError("crossfade_ms > 0 blends chunks over their shared context, so it "
                               "needs overlap >= 1; set crossfade_ms: 0 for no overlap")

@@ -118,3 +118,14 @@ def test_chunks_may_only_grow_from_the_decode_interval():
         PipelineConfig(decode_interval=8, max_decode_interval=4)
     assert PipelineConfig(decode_interval=8, max_decode_interval=8).max_decode_interval == 8
     assert PipelineConfig(decode_interval=8).max_decode_interval == 0
+
+
+def test_a_first_chunk_lies_between_the_decode_interval_and_its_right_context():
+    with pytest.raises(ConfigError, match=r"first_chunk_frames=4 must lie in "
+                                          r"\[decode_interval, decode_interval \+ overlap\] "
+                                          r"= \[1, 3\]"):
+        PipelineConfig(decode_interval=1, overlap=2, first_chunk_frames=4)
+    with pytest.raises(ConfigError, match="first_chunk_frames=1 must lie in"):
+        PipelineConfig(decode_interval=2, overlap=2, first_chunk_frames=1)
+    cfg = PipelineConfig(decode_interval=1, overlap=2, first_chunk_frames=3)
+    assert cfg.first_chunk_frames == 3

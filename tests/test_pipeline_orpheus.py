@@ -106,7 +106,8 @@ def greedy_by_serving_knobs():
     """The tiny Orpheus pipeline, greedy, plain and with each serving knob of the engine."""
     knobs = {"plain": {}, "prefix": {"prefix_cache": True}, "mixed": {"mixed_prefill": 8},
              "fp8": {"kv_dtype": "fp8-e4m3"}, "side": {"codec_side_stream": True},
-             "grow": {"max_decode_interval": 8}, "codec_bf16": {"codec_dtype": "bf16"}}
+             "grow": {"max_decode_interval": 8}, "codec_bf16": {"codec_dtype": "bf16"},
+             "first": {"first_chunk_frames": 3}}
     return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
                                        sampling={"temperature": 0.0, "max_tokens": 42}))
             for name, extra in knobs.items()}
@@ -186,3 +187,14 @@ def test_the_codec_runs_in_its_own_precision_and_only_the_codec_rounds(greedy_by
     assert np.abs(error).max() > 0
     snr_db = 10 * np.log10(np.sum(theirs.audio ** 2) / np.sum(error ** 2))
     assert snr_db > 20, snr_db
+
+
+def test_a_bigger_first_chunk_reaches_the_decoder(greedy_by_serving_knobs):
+    """The first chunk carries three frames where the plain pipeline's carries one, after the
+    same number of tokens; the audio has the same length."""
+    pipe, plain = greedy_by_serving_knobs["first"], greedy_by_serving_knobs["plain"]
+    assert pipe.backend.tts.decoder.window.first == 3
+    text, frame = "Three short words.", pipe.backend.tts.codec.frame_samples
+    ours, theirs = (list(p.stream(text)) for p in (pipe, plain))
+    assert len(ours[0].audio) == 3 * frame and len(theirs[0].audio) == frame
+    assert sum(map(len, (c.audio for c in ours))) == sum(map(len, (c.audio for c in theirs)))

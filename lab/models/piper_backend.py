@@ -41,8 +41,9 @@ PIPER_FAMILY = Family(
         "cuda_graphs": "CUDA graphs need fixed shapes, and the voice's durations vary per text",
         "codec_side_stream": "its vocoder renders each chunk from frames it already has, so "
                              "there is no next decode step for a side stream to overlap",
-        "max_decode_interval": "its chunks are planned from the sentence's frames, which all "
-                               "exist before the first chunk: no token stream paces them",
+        **dict.fromkeys(("max_decode_interval", "first_chunk_frames"),
+                        "its chunks are planned from the sentence's frames, which all exist "
+                        "before the first chunk: no token stream paces them"),
         "codec_dtype": "its vocoder is part of the voice's one network and runs in the "
                        "pipeline's dtype with the rest of it",
         "voice": "the embedded voice has a single speaker",

@@ -49,6 +49,12 @@ class StreamWindow:
     and at 8 frames per chunk less than two. The first chunk stays `hop` frames, so the time to
     first audio does not change. 0 keeps every chunk at `hop`.
 
+    `first` (0: `hop`) is what the first chunk emits, still as soon as `hop + right` frames
+    exist: up to `hop + right` frames, decoded with `hop + right - first` frames of right
+    context. The time to first audio does not change; the listener starts with more audio in
+    hand, so a slow step early in the stream does not run it dry, and the end of that first
+    chunk is decoded with less context than the rest.
+
     The defaults are the reference Orpheus decoder's choice: a 4-frame window whose second
     frame is kept.
     """
@@ -57,6 +63,7 @@ class StreamWindow:
     left: int = 1
     right: int = 2
     max_hop: int = 0
+    first: int = 0
 
     def __post_init__(self) -> None:
         if self.hop < 1 or self.left < 0 or self.right < 0:
@@ -64,6 +71,9 @@ class StreamWindow:
         if self.max_hop and self.max_hop < self.hop:
             raise CodecError(f"max_hop={self.max_hop} is below hop={self.hop}; use 0 for "
                              f"chunks of hop frames only, or a value >= hop")
+        if self.first and not self.hop <= self.first <= self.hop + self.right:
+            raise CodecError(f"first={self.first} must lie in [hop, hop + right] = "
+                             f"[{self.hop}, {self.hop + self.right}], or be 0 for hop")
 
     @functools.cached_property
     def hops(self) -> tuple[int, ...]:
@@ -132,8 +142,8 @@ class StreamingDecoder:
     Call `push` as frames arrive and `close` when a stream ends; `decode_due()` then returns at
     most one chunk per stream, from one codec call per distinct window length. The first chunk
     goes out as soon as `hop + right` frames exist (its left context is simply missing), so the
-    first audio waits for right context only; from the `left`-th chunk on every window is
-    `left + hop + right` frames long.
+    first audio waits for right context only; it emits `hop` frames, or the window's `first`.
+    From the `left`-th chunk on every window is `left + hop + right` frames long.
 
     Where the window lets chunks grow (`max_hop`), a stream ready to emit waits for a bigger
     chunk while the audio already sent runs ahead of playback by more than `guard_s`; playback
@@ -198,6 +208,9 @@ class StreamingDecoder:
         if flush:
             start = max(0, n - w.frames)
             return _Job(sid, s.chunks, start, n, done, n, True)
+        if s.chunks == 0 and w.first:
+            have = w.hop + w.right
+            return _Job(sid, 0, 0, have, 0, w.first, False) if n >= have else None
         take = self._take(s, n - done - w.right, now)
         if take is None:
             return None

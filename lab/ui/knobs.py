@@ -36,6 +36,7 @@ KNOB_FIELDS = (
     "batch_size",
     "decode_interval",
     "max_decode_interval",
+    "first_chunk_frames",
     "overlap",
     "crossfade_ms",
     "seed",
@@ -63,6 +64,7 @@ LABELS = {
     "batch_size": "Batch size",
     "decode_interval": "Decode interval (frames)",
     "max_decode_interval": "Grow chunks up to (frames; 0 = fixed)",
+    "first_chunk_frames": "First chunk (frames; 0 = decode interval)",
     "overlap": "Window overlap (frames)",
     "crossfade_ms": "Crossfade (ms)",
     "seed": "Sampling seed",
@@ -77,7 +79,8 @@ LABELS = {
     "top_p": "Top-p",
     "sampling": "Sampling (temperature, top-p)",
 }
-STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1, "mixed_prefill": 8,
+STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1,
+         "first_chunk_frames": 1, "mixed_prefill": 8,
          "overlap": 1, "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
 
 
@@ -104,8 +107,8 @@ def knob_values(cfg: PipelineConfig) -> list:
 
 def _typed(name: str, value: object) -> object:
     """Sliders hand back floats; integer fields must stay integers for validation."""
-    if name in ("batch_size", "decode_interval", "max_decode_interval", "overlap", "seed",
-                "mixed_prefill") and value is not None:
+    if name in ("batch_size", "decode_interval", "max_decode_interval", "first_chunk_frames",
+                "overlap", "seed", "mixed_prefill") and value is not None:
         if float(value) != int(float(value)):
             raise KnobError(f"{name}={value} must be a whole number")
         return int(float(value))
@@ -217,6 +220,7 @@ class Knobs:
     batch_size: gr.Slider
     decode_interval: gr.Slider
     max_decode_interval: gr.Slider
+    first_chunk_frames: gr.Slider
     overlap: gr.Slider
     crossfade_ms: gr.Slider
     seed: gr.Number
@@ -289,8 +293,9 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
                       elem_id=f"{key}-ar-engine") as engine:
         with gr.Row():
             kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
-            mixed_prefill, max_interval = (_slider(n, v[n], key, fam)
-                                           for n in ("mixed_prefill", "max_decode_interval"))
+            mixed_prefill, max_interval, first_chunk = (
+                _slider(n, v[n], key, fam)
+                for n in ("mixed_prefill", "max_decode_interval", "first_chunk_frames"))
             batching, graphs, prefix_cache, side_stream = (
                 _checkbox(n, v[n], key, fam)
                 for n in ("continuous_batching", "cuda_graphs", "prefix_cache",
@@ -299,9 +304,9 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
             temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, codec_dtype, quant, compile_mode, batch_size,
-                  decode_interval, max_interval, overlap, crossfade, seed, kv_cache, kv_dtype,
-                  mixed_prefill, batching, graphs, prefix_cache, side_stream, temperature,
-                  top_p, note, engine)
+                  decode_interval, max_interval, first_chunk, overlap, crossfade, seed,
+                  kv_cache, kv_dtype, mixed_prefill, batching, graphs, prefix_cache,
+                  side_stream, temperature, top_p, note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")

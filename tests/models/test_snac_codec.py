@@ -216,3 +216,30 @@ def test_a_waiting_stream_emits_when_its_lead_runs_out_without_a_new_frame(codec
     clock.now = 3 * decoder.frame_s - decoder.guard_s + 1e-9  # its lead is down to the guard
     (chunk,) = decoder.decode_due()
     assert len(chunk.audio) // codec.frame_samples == 4  # 7 ready: the largest size they fill
+
+
+@pytest.mark.parametrize("first", [3, 4])
+def test_a_bigger_first_chunk_leaves_at_the_same_moment_and_the_rest_stay_exact(codec, first):
+    """`first` frames go out when `hop + right` frames exist, as one frame would: the same
+    first-audio moment, more audio in hand. The first chunk's end had less right context, so
+    it alone differs from the one-shot decode; every later chunk is exact."""
+    window = StreamWindow(hop=1, left=3, right=3, first=first)
+    frames = codes(1, 12, seed=10)
+    out, first_step, _ = stream(codec, window, frames, [12])
+    chunks, n = out[0], codec.frame_samples
+    assert first_step[0] == 4  # hop + right frames, whatever the first chunk emits
+    assert len(chunks[0].audio) == first * n
+    assert [len(c.audio) // n for c in chunks[1:-1]] == [1] * (len(chunks) - 2)
+    ref = codec.decode(frames)[0]
+    joined = torch.cat([c.audio for c in chunks])
+    assert joined.shape == ref.shape
+    assert snr_db(ref[first * n + 2 * n:], joined[first * n + 2 * n:]) >= 100.0
+    # with a right context of 4 - first frames, the first chunk's end is decoded less exactly
+    assert snr_db(ref[:first * n], joined[:first * n]) < 100.0
+    assert snr_db(ref[:first * n], joined[:first * n]) > 20.0
+
+
+def test_a_first_chunk_outside_the_window_is_refused():
+    with pytest.raises(CodecError, match=r"first=4 must lie in \[hop, hop \+ right\] = \[1, 3\]"):
+        StreamWindow(hop=1, right=2, first=4)
+    assert StreamWindow(hop=2, right=2, first=2).first == 2

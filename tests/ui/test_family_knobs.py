@@ -66,9 +66,12 @@ def no_loading(monkeypatch):
         monkeypatch.setattr(backend_class(name), "load", classmethod(stop))
 
 
-def _moved(name: str) -> object:
-    """A valid value of widget `name` other than its default."""
+def _moved(name: str, base: PipelineConfig) -> object:
+    """A valid value of widget `name` other than its default, for the preset `base` (the
+    first chunk's bounds follow its decode interval and overlap)."""
     default = dict(zip(KNOB_FIELDS, knob_values(PipelineConfig()), strict=True))[name]
+    if name == "first_chunk_frames":
+        return base.decode_interval + base.overlap
     if name in CHOICES:
         return next(c for c in CHOICES[name] if c != default)
     if isinstance(default, bool):
@@ -112,7 +115,7 @@ def test_selecting_a_family_greys_exactly_its_unsupported_knobs(built_app, fam, 
 def test_the_panel_refuses_exactly_the_greyed_knobs(fam, name):
     base = load_preset(PRESETS[fam])
     values = dict(zip(KNOB_FIELDS, knob_values(base), strict=True))
-    values[name] = _moved(name)
+    values[name] = _moved(name, base)
     refusal = _refusal(fam, name)
     if refusal is None:
         config_from_knobs(base, [values[k] for k in KNOB_FIELDS])
@@ -126,7 +129,7 @@ def test_the_panel_refuses_exactly_the_greyed_knobs(fam, name):
 def test_the_cli_refuses_exactly_the_greyed_knobs(fam, name, no_loading, tmp_path, capsys):
     key = f"sampling.{name}" if name in SAMPLING_FIELDS else name
     code = main(["synth", "Hi.", "-o", str(tmp_path / "out.wav"), "--preset", PRESETS[fam],
-                 "--set", f"{key}={json.dumps(_moved(name))}"])
+                 "--set", f"{key}={json.dumps(_moved(name, load_preset(PRESETS[fam])))}"])
     err = capsys.readouterr().err
     refusal = _refusal(fam, name)
     assert code == 2
