@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from lab.config import load_preset
+from lab.device import native_bf16
 from lab.frontend import TextError
 from lab.pipeline import Pipeline
 
@@ -179,6 +180,9 @@ def test_the_codec_runs_in_its_own_precision_and_only_the_codec_rounds(greedy_by
     assert [c.dtype for c in codecs] == [torch.bfloat16, torch.float32]
     assert {next(c.model.parameters()).dtype for c in codecs} == {torch.bfloat16, torch.float32}
     assert next(pipe.backend.tts.engine.runner.model.parameters()).dtype == torch.float32
+    assert (pipe.resolved.codec_dtype, plain.resolved.codec_dtype) == ("bf16", "auto")
+    slow = [n for n in pipe.fallbacks if n.startswith("codec_dtype=bf16: ")]
+    assert bool(slow) is not native_bf16(pipe.device)  # emulated bf16 is named, as for the LM
     text = "Three short words."  # random greedy weights give this one 6 frames of audio
     ours, theirs = pipe.synthesize(text), plain.synthesize(text)
     assert ours.audio.dtype == theirs.audio.dtype == np.float32

@@ -61,7 +61,7 @@ ORPHEUS_FAMILY = Family(
                   "not speech")
 
 
-def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int):
+def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int, notes: list[str]):
     """(LM, its config, token layout, tokenizer, codec) for real or dummy weights.
 
     Real weights: `cfg.model` is a checkpoint directory or hub id ("default" is the Orpheus 3B
@@ -69,11 +69,12 @@ def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int):
     `cfg.model` may name an LM shape (e.g. "tiny-llama"); vocabularies too small for Orpheus
     get the compact token layout and a tiny codec. With `cuda_graphs` on a GPU the codec's
     window decode is captured too, for batches of up to `n_slots` streams. The codec runs in
-    fp32 unless `codec_dtype` names another precision.
+    fp32 unless `codec_dtype` names another precision (what that costs here lands in `notes`).
     """
     codec_compile = cfg.compile if device.type == "cuda" else "none"
     codec_options = {"cuda_graphs": cfg.cuda_graphs and device.type == "cuda",
-                     "max_batch": n_slots, "dtype": chosen_codec_dtype(cfg) or torch.float32}
+                     "max_batch": n_slots,
+                     "dtype": chosen_codec_dtype(cfg, device, notes) or torch.float32}
     if cfg.weights == "dummy":
         shape = "orpheus-3b" if cfg.model == "default" else cfg.model
         lm, lm_cfg = load_lm("dummy", shape=shape, dtype=cfg.dtype, device=device, seed=cfg.seed)
@@ -94,9 +95,12 @@ def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int):
 def build_tts(cfg: PipelineConfig, device: torch.device, *, n_slots: int | None = None,
               max_len: int | None = None) -> tuple[TokenTTS, PrecisionReport]:
     """LM (cast and quantized by the shared plan), engine, codec and tokenizer for a config."""
-    lm, lm_cfg, layout, tokenizer, codec = _load_parts(cfg, device, n_slots or cfg.batch_size)
+    codec_notes: list[str] = []
+    lm, lm_cfg, layout, tokenizer, codec = _load_parts(cfg, device, n_slots or cfg.batch_size,
+                                                       codec_notes)
     report = apply_knobs(lm, LM_PLAN, dtype=cfg.dtype, quant=cfg.quant, compile_mode="none",
                          device=device)
+    report.notes += codec_notes
     room = max_len or cfg.sampling.max_tokens + PROMPT_ROOM
     engine = LLMEngine(lm, engine_config(cfg, n_slots=n_slots,
                                          max_len=min(room, lm_cfg.max_seq_len)),

@@ -23,8 +23,8 @@ from lab.engine.scheduler import POLICIES
 from lab.metrics.timers import RequestMeter
 from lab.models.backend import Family
 from lab.models.token_tts import TokenTTS
-from lab.quant import DTYPES
-from lab.quant.plan import PrecisionPlan, PrecisionReport
+from lab.quant.plan import PrecisionPlan, PrecisionReport, run_dtype
+from lab.quant.precision import dtype_name
 from lab.stream.codec_stream import StreamWindow
 
 
@@ -54,9 +54,17 @@ def engine_config(cfg: PipelineConfig, *, n_slots: int | None = None,
                         decode_mode=decode_mode(cfg.compile, cfg.cuda_graphs))
 
 
-def chosen_codec_dtype(cfg: PipelineConfig) -> torch.dtype | None:
-    """The codec precision the config names; None for "auto", where the family chooses."""
-    return None if cfg.codec_dtype == "auto" else DTYPES[cfg.codec_dtype]
+def chosen_codec_dtype(cfg: PipelineConfig, device: torch.device,
+                       notes: list[str]) -> torch.dtype | None:
+    """The codec precision the config names, as it can run here; None for "auto", where the
+    family chooses. What holds for the LM's dtype holds for the codec's (fp16 runs as bf16 on
+    a CPU, emulated bf16 is slow), and the notes say so, naming the codec."""
+    if cfg.codec_dtype == "auto":
+        return None
+    found: list[str] = []
+    dtype = run_dtype(cfg.codec_dtype, device, found)
+    notes += [f"codec_dtype={cfg.codec_dtype}: {note}" for note in found]
+    return dtype
 
 
 def sampling_params(cfg: SamplingConfig, *, seed: int | None = None) -> SamplingParams:
@@ -117,14 +125,17 @@ class TokenBackend:
         return facts
 
     def applied(self) -> dict[str, object]:
-        """Precision as the plan applied it, and the decode step as it runs now: a graph or
-        compile failure at load turns the step eager."""
+        """Precision as the plan applied it, the codec's as it runs (a named one may run as
+        another here), and the decode step as it runs now: a graph or compile failure at load
+        turns the step eager."""
         runner = self.tts.engine.runner
         mode = "eager" if runner.decoder is None else runner.decoder.mode
         captured = mode == "cuda-graph" or (mode != "eager" and runner.device.type == "cuda")
         compiled = mode not in ("eager", "cuda-graph")
+        codec = "auto" if self.config.codec_dtype == "auto" else dtype_name(self.tts.codec.dtype)
         return {"dtype": self.precision.dtype, "quant": self.precision.quant,
-                "compile": mode if compiled else "none", "cuda_graphs": captured}
+                "compile": mode if compiled else "none", "cuda_graphs": captured,
+                "codec_dtype": codec}
 
     def _sampling(self, unit, seed: int) -> SamplingParams:
         return dataclasses.replace(self.tts.sampling, seed=seed,

@@ -121,7 +121,7 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     decoder_path = folder / DECODER_FILE
     decoder = load_decoder(decoder_path, books) if decoder_path.is_file() else None
     codec = LatentCodec(books, voice.model.dec, device=device,
-                        dtype=chosen_codec_dtype(cfg)
+                        dtype=chosen_codec_dtype(cfg, device, report.notes)
                         or codec_dtype(lm.embed.weight.dtype, device, report.notes),
                         compile_mode=codec_compile, decoder=decoder)
     room = min(cfg.sampling.max_tokens + CACHE_ROOM, lm_cfg.max_seq_len)

@@ -143,3 +143,5 @@ def test_a_named_codec_dtype_overrides_the_familys_choice(lm_dtype, codec):
     assert tts.engine.runner.model.embed.weight.dtype == DTYPES[lm_dtype]
     assert next(tts.codec.generator.parameters()).dtype == DTYPES[codec]
     assert not any("codec's generator stays in fp32" in note for note in report.notes)
+    slow = [n for n in report.notes if n.startswith(f"codec_dtype={codec}: ")]
+    assert bool(slow) is (codec == "bf16" and not native_bf16(torch.device("cpu")))
