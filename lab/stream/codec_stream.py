@@ -46,8 +46,8 @@ class StreamWindow:
     With `max_hop` above `hop`, a stream whose listener has audio in hand takes bigger chunks
     (`hop` doubled, up to `max_hop`): each window re-decodes `left + right` frames of context,
     so at `hop=1` with 2 frames each side the codec decodes five frames for every one it emits,
-    and at 8 frames per chunk less than two. The first chunk stays `hop` frames, so the time to
-    first audio does not change. 0 keeps every chunk at `hop`.
+    and at 8 frames per chunk less than two. The first chunk does not grow (it is `hop` frames,
+    or `first`), so the time to first audio does not change. 0 keeps every chunk at `hop`.
 
     `first` (0: `hop`) is what the first chunk emits, still as soon as `hop + right` frames
     exist: up to `hop + right` frames, decoded with `hop + right - first` frames of right
