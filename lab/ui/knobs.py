@@ -9,7 +9,7 @@ prints when a preset or `--set` asks for it, so a setting is never silently igno
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import gradio as gr
 
@@ -105,10 +105,13 @@ def knob_values(cfg: PipelineConfig) -> list:
     return [flat[name] for name in KNOB_FIELDS]
 
 
+INTEGER_FIELDS = frozenset(f.name for f in fields(PipelineConfig) if f.type == "int")
+"""The config's whole-number knobs, read from its field types."""
+
+
 def _typed(name: str, value: object) -> object:
     """Sliders hand back floats; integer fields must stay integers for validation."""
-    if name in ("batch_size", "decode_interval", "max_decode_interval", "first_chunk_frames",
-                "overlap", "seed", "mixed_prefill") and value is not None:
+    if name in INTEGER_FIELDS and value is not None:
         if float(value) != int(float(value)):
             raise KnobError(f"{name}={value} must be a whole number")
         return int(float(value))
