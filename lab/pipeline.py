@@ -135,18 +135,18 @@ class Pipeline:
         self.config = config or PipelineConfig()
         self.device = resolve_device(self.config.device)
         say = on_stage or (lambda _msg: None)
+        self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch)
+        weakref.finalize(self, self._worker.close)
         say(f"loading {self.config.family} weights ({self.config.model}) onto {self.device}")
         started = time.perf_counter()
-        self.backend = load_backend(self.config, self.device)
+        self.backend = self._worker.call(lambda: load_backend(self.config, self.device))
         loaded = time.perf_counter()
         say("warming up (compile, graph capture, first-call kernels)")
-        self.backend.warm_up(WARMUP_TEXTS)
+        self._worker.call(lambda: self.backend.warm_up(WARMUP_TEXTS))
         self.startup = {"load_ms": (loaded - started) * 1e3,
                         "warmup_ms": (time.perf_counter() - loaded) * 1e3}
         self.sample_rate = self.backend.sample_rate
         self.family = self.backend.family
-        self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch)
-        weakref.finalize(self, self._worker.close)
 
     @property
     def resolved(self) -> PipelineConfig:

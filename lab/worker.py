@@ -14,6 +14,12 @@ that is blocked waiting for the next piece can cancel from another thread throug
 `cancel` event (the app's Cancel button); it then gets `Cancelled` instead of a piece.
 Each job runs on the PyTorch thread count of the thread that submitted it.
 
+The model is loaded and warmed up on the worker too (`call`): on a CPU, every thread that runs
+parallel PyTorch work keeps its own OpenMP thread team, and once a process holds more such
+threads than cores, OpenMP stops spinning between parallel regions and sleeps instead. A
+pipeline warmed up on the caller's thread and served on the worker's had two teams, and its
+streams ran about three times slower per step on two cores.
+
 An asyncio caller (the HTTP server) takes a stream with `astream`: the worker hands what a
 round produced to the event loop at the round's end, so no thread blocks on each request's
 queue and a hundred streams cost one wake of the loop per round.
@@ -105,6 +111,13 @@ class StreamJob:
 
 
 @dataclass
+class CallJob:
+    fn: Callable[[], Any]
+    out: queue.Queue = field(default_factory=queue.Queue)
+    threads: int = field(default_factory=torch.get_num_threads)
+
+
+@dataclass
 class BatchJob:
     texts: list[str]
     context: Any
@@ -189,6 +202,17 @@ class Worker:
             raise end.error
         return end.value
 
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """`fn()` on the worker thread, between its streams' turns; its result, or its error
+        raised here."""
+        job = CallJob(fn)
+        self._inbox.put(job)
+        self._ensure_running()
+        end = job.out.get()
+        if end.error is not None:
+            raise end.error
+        return end.value
+
     def close(self) -> None:
         """Let the thread finish the jobs it holds and exit; a later job starts a new one."""
         self._inbox.put(_STOP)
@@ -222,6 +246,9 @@ class Worker:
         add the streams to `active`; True when asked to stop."""
         jobs = self._take(block=not active)
         active += [job for job in jobs if isinstance(job, StreamJob)]
+        for job in jobs:
+            if isinstance(job, CallJob):
+                _run_call(job)
         batches = [job for job in jobs if isinstance(job, BatchJob)]
         if batches:
             self._run_batches(batches)
@@ -267,6 +294,14 @@ class Worker:
         for job in jobs:
             job.out.put(_End(results[: len(job.texts)]))
             results = results[len(job.texts):]
+
+
+def _run_call(job: CallJob) -> None:
+    _use_threads(job.threads)
+    try:
+        job.out.put(_End(job.fn()))
+    except Exception as err:  # noqa: BLE001  delivered to the caller, who re-raises
+        job.out.put(_End(error=err))
 
 
 def _use_threads(count: int) -> None:

@@ -336,3 +336,53 @@ def test_each_request_runs_on_its_callers_thread_count(voice_pipeline):
     finally:
         del voice_pipeline.backend.synthesize
     assert seen == [1, 2]
+
+
+def test_the_model_loads_and_warms_up_on_the_thread_that_serves_it(monkeypatch):
+    """On a CPU each thread that runs parallel PyTorch work keeps its own OpenMP team; a model
+    warmed up on the caller's thread and served on the worker's ran its steps about three times
+    slower on two cores. So loading, warming up and serving all happen on the worker."""
+    import lab.pipeline as pipeline_module
+
+    threads = {}
+    real_load = pipeline_module.load_backend
+
+    def load(config, device):
+        threads["load"] = threading.current_thread()
+        backend = real_load(config, device)
+        real_warm_up = backend.warm_up
+
+        def warm_up(texts):
+            threads["warm_up"] = threading.current_thread()
+            return real_warm_up(texts)
+
+        backend.warm_up = warm_up
+        return backend
+
+    monkeypatch.setattr(pipeline_module, "load_backend", load)
+    pipe = Pipeline(load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 14}))
+    real_step = pipe.backend.tts.step
+
+    def step():
+        threads["serve"] = threading.current_thread()
+        return real_step()
+
+    pipe.backend.tts.step = step
+    drain(pipe.stream("Hello."))
+    assert threads["load"] is threads["warm_up"] is threads["serve"]
+    assert threads["serve"] is not threading.current_thread()
+
+
+def test_a_call_that_fails_on_the_worker_raises_for_its_caller_and_the_worker_goes_on():
+    class Owner:
+        def run(self, texts, context):
+            return texts
+
+    owner = Owner()
+    worker = Worker("calls", owner.run)
+    try:
+        with pytest.raises(ZeroDivisionError):
+            worker.call(lambda: 1 / 0)
+        assert worker.call(threading.current_thread) is worker._thread
+    finally:
+        worker.close()
