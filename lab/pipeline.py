@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
@@ -136,7 +135,6 @@ class Pipeline:
         self.device = resolve_device(self.config.device)
         say = on_stage or (lambda _msg: None)
         self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch)
-        weakref.finalize(self, self._worker.close)
         say(f"loading {self.config.family} weights ({self.config.model}) onto {self.device}")
         started = time.perf_counter()
         self.backend = self._worker.call(lambda: load_backend(self.config, self.device))
@@ -160,7 +158,7 @@ class Pipeline:
         return self.backend.fallbacks()
 
     def close(self) -> None:
-        """Release the worker thread once it has finished its requests."""
+        """Wait until the worker has finished the requests it holds (its thread then exits)."""
         self._worker.close()
 
     def _meter(self) -> RequestMeter:

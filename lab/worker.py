@@ -18,7 +18,10 @@ The model is loaded and warmed up on the worker too (`call`): on a CPU, every th
 parallel PyTorch work keeps its own OpenMP thread team, and once a process holds more such
 threads than cores, OpenMP stops spinning between parallel regions and sleeps instead. A
 pipeline warmed up on the caller's thread and served on the worker's had two teams, and its
-streams ran about three times slower per step on two cores.
+streams ran about three times slower per step on two cores. For the same reason the thread
+exits whenever it runs out of work, and the next job starts a new one: two pipelines of one
+process (an A/B in the app, fp32 beside int8 in a benchmark) then keep one team between them
+unless both are busy at once.
 
 An asyncio caller (the HTTP server) takes a stream with `astream`: the worker hands what a
 round produced to the event loop at the round's end, so no thread blocks on each request's
@@ -125,16 +128,13 @@ class BatchJob:
     threads: int = field(default_factory=torch.get_num_threads)
 
 
-_STOP = object()
-
-
 class Worker:
     """Runs every job of one pipeline on one thread, started on first use.
 
     `run_batch(texts, context)` renders one merged batch; `context` is the oldest merged job's
     (its meter), so the batch's timings count from the earliest arrival. The worker holds its
     owner's method weakly, and no finished job outlives its turn, so an idle worker never keeps
-    a dropped pipeline (and its model) alive; the owner closes it when it goes.
+    a dropped pipeline (and its model) alive.
     """
 
     def __init__(self, name: str, run_batch: BatchRunner) -> None:
@@ -194,18 +194,14 @@ class Worker:
 
     def batch(self, texts: Sequence[str], context: Any) -> list[Any]:
         """`run_batch` over these texts, possibly merged with other waiting batches."""
-        job = BatchJob(list(texts), context)
-        self._inbox.put(job)
-        self._ensure_running()
-        end = job.out.get()
-        if end.error is not None:
-            raise end.error
-        return end.value
+        return self._submit(BatchJob(list(texts), context))
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """`fn()` on the worker thread, between its streams' turns; its result, or its error
         raised here."""
-        job = CallJob(fn)
+        return self._submit(CallJob(fn))
+
+    def _submit(self, job: BatchJob | CallJob) -> Any:
         self._inbox.put(job)
         self._ensure_running()
         end = job.out.get()
@@ -214,22 +210,29 @@ class Worker:
         return end.value
 
     def close(self) -> None:
-        """Let the thread finish the jobs it holds and exit; a later job starts a new one."""
-        self._inbox.put(_STOP)
+        """Wait until the thread has finished the jobs it holds; it then exits, as it does
+        whenever it runs out of work, and a later job starts a new one."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
-    def _take(self, block: bool) -> list:
-        jobs = [self._inbox.get()] if block else []
+    def _take(self) -> list:
+        jobs = []
         while not self._inbox.empty():
             jobs.append(self._inbox.get_nowait())
         return jobs
 
     def _loop(self) -> None:
+        """Serve until nothing is left to do, then exit: an idle thread would keep its OpenMP
+        team, and a second pipeline's worker would then run beside two teams."""
         active: list[StreamJob] = []
-        stopping = False
-        while active or not stopping:
-            stopping = self._admit(active) or stopping
+        while True:
+            self._admit(active)
             active[:] = [job for job in active if self._advance(job)]
             self._outbox.flush()
+            if not active and self._inbox.empty():
+                break
         self._exit()
 
     def _exit(self) -> None:
@@ -241,10 +244,10 @@ class Worker:
         if waiting:
             self._ensure_running()
 
-    def _admit(self, active: list[StreamJob]) -> bool:
-        """Take the waiting jobs (wait for one when idle), run the batches among them, and
-        add the streams to `active`; True when asked to stop."""
-        jobs = self._take(block=not active)
+    def _admit(self, active: list[StreamJob]) -> None:
+        """Take the waiting jobs, run the calls and batches among them, and add the streams
+        to `active`."""
+        jobs = self._take()
         active += [job for job in jobs if isinstance(job, StreamJob)]
         for job in jobs:
             if isinstance(job, CallJob):
@@ -252,7 +255,6 @@ class Worker:
         batches = [job for job in jobs if isinstance(job, BatchJob)]
         if batches:
             self._run_batches(batches)
-        return any(job is _STOP for job in jobs)
 
     def _advance(self, job: StreamJob) -> bool:
         """One piece of one stream; False once the job has ended (finished, failed, cancelled)."""

@@ -207,9 +207,7 @@ def test_the_worker_wakes_an_event_loop_once_per_round_not_once_per_piece():
         return await asyncio.gather(*(read(name) for name in "abc"))
 
     results = asyncio.run(serve())
-    thread = worker._thread
     worker.close()
-    thread.join(timeout=10)
     assert results == [[f"{n}{i}" for i in range(5)] + [f"{n} done"] for n in "abc"]
     assert len(wakes) < 18
     assert max(len(items) for _, items in wakes) == 3
@@ -285,13 +283,13 @@ def test_a_dropped_pipeline_is_freed_and_its_worker_exits():
     pipe = Pipeline(load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 14}))
     pipe.synthesize("Hello.")
     drain(pipe.stream("Hello."))
-    thread = pipe._worker._thread
+    worker = pipe._worker
     gone = weakref.ref(pipe)
     del pipe
     gc.collect()
     assert gone() is None
-    thread.join(timeout=10)
-    assert not thread.is_alive()
+    worker.close()
+    assert worker._thread is None
 
 
 def test_resolved_config_shows_what_ran_after_a_fallback(monkeypatch):
@@ -369,8 +367,21 @@ def test_the_model_loads_and_warms_up_on_the_thread_that_serves_it(monkeypatch):
 
     pipe.backend.tts.step = step
     drain(pipe.stream("Hello."))
-    assert threads["load"] is threads["warm_up"] is threads["serve"]
-    assert threads["serve"] is not threading.current_thread()
+    assert threading.current_thread() not in threads.values()
+    assert all(thread.name == pipe._worker.name for thread in threads.values())
+
+
+def test_an_idle_worker_thread_exits_and_the_next_job_starts_another(orpheus):
+    """An idle thread would keep its OpenMP team beside the next pipeline's."""
+    pipe = Pipeline(load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 14}))
+    pipe.close()
+    assert pipe._worker._thread is None
+    first = pipe._worker.call(threading.current_thread)
+    pipe.close()
+    second = pipe._worker.call(threading.current_thread)
+    assert first is not second
+    assert not first.is_alive()
+    assert pipe.synthesize("Hello again.").audio.size
 
 
 def test_a_call_that_fails_on_the_worker_raises_for_its_caller_and_the_worker_goes_on():
@@ -383,6 +394,6 @@ def test_a_call_that_fails_on_the_worker_raises_for_its_caller_and_the_worker_go
     try:
         with pytest.raises(ZeroDivisionError):
             worker.call(lambda: 1 / 0)
-        assert worker.call(threading.current_thread) is worker._thread
+        assert worker.call(threading.current_thread) is not threading.current_thread()
     finally:
         worker.close()
