@@ -129,7 +129,7 @@ class BatchJob:
 
 
 class Worker:
-    """Runs every job of one pipeline on one thread, started on first use.
+    """Runs every job of one pipeline on one thread, started when work arrives and gone when idle.
 
     `run_batch(texts, context)` renders one merged batch; `context` is the oldest merged job's
     (its meter), so the batch's timings count from the earliest arrival. The worker holds its
