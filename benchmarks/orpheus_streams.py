@@ -53,13 +53,14 @@ from pathlib import Path
 import torch
 
 from lab.bench.arrivals import poisson_arrivals
+from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.heap import freeze_survivors
 from lab.engine.request import SamplingParams
 from lab.engine.weights import load_lm
 from lab.metrics.gc_pauses import GcPauses
 from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
-from lab.models.orpheus_backend import TINY_SNAC
+from lab.models.orpheus_backend import TINY_SNAC, build_tts
 from lab.models.orpheus_format import (
     AudioTokenConstraint,
     OrpheusFormat,
@@ -67,6 +68,7 @@ from lab.models.orpheus_format import (
     dummy_tokenizer,
 )
 from lab.models.snac_codec import ORPHEUS_WINDOW, SNAC_24KHZ, SnacCodec, build_snac
+from lab.models.token_backend import decode_mode, stream_window
 from lab.models.token_tts import TokenTTS
 from lab.quant.precision import DTYPES
 from lab.stream.codec_stream import StreamingDecoder, StreamWindow
@@ -84,6 +86,10 @@ TEXTS = [
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU, runs in seconds")
+    p.add_argument("--preset", help="build the engine and codec as `lab serve` does for this "
+                   "preset (its window, codec, decode mode and prefill knobs replace the flags)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one of the preset's keys (with --preset)")
     p.add_argument("--arrivals", default="4,8,16,32",
                    help="open-loop Poisson arrival rates per second ('' to skip)")
     p.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals per rate")
@@ -134,11 +140,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.arrivals, args.duration, args.tokens, args.drain_timeout = "5,20", 1.0, 28, 10.0
         args.snac_compile, args.dtype, args.repeats = "none", "fp32", 1
         args.threads = 1  # tiny shapes: more threads only add contention
+    if args.preset:
+        args.config = adopt_preset(args)
+    elif args.set:
+        p.error("--set needs --preset")
     streams = counts(args.streams, int)
     args.slots = args.slots or max(streams, default=0)
     if args.slots < max(streams, default=1):
         p.error(f"--slots {args.slots} cannot hold the --streams counts {args.streams!r}")
     return args
+
+
+def adopt_preset(args: argparse.Namespace) -> PipelineConfig:
+    """The preset's config, its streaming and engine knobs copied onto `args` so that the
+    report names what ran."""
+    cfg = load_preset(args.preset, **parse_overrides(args.set))
+    if cfg.family != "orpheus" or cfg.weights != "dummy":
+        raise SystemExit(f"--preset {args.preset}: needs an Orpheus preset with dummy weights")
+    w = stream_window(cfg)
+    args.window = f"{w.hop},{w.left},{w.right},{w.max_hop},{w.first}"
+    args.dtype, args.mixed_prefill = cfg.dtype, cfg.mixed_prefill
+    args.decode_mode = decode_mode(cfg.compile, cfg.cuda_graphs)
+    args.snac_compile, args.snac_graphs = cfg.compile, cfg.cuda_graphs
+    args.snac_dtype = "fp32" if cfg.codec_dtype == "auto" else cfg.codec_dtype
+    args.side_stream = cfg.codec_side_stream
+    args.prefix_cache = "on" if cfg.prefix_cache else "off"
+    return cfg
 
 
 def counts(text: str, kind: type) -> list:
@@ -183,9 +210,18 @@ def use_prefix_cache(tts: TokenTTS, on: bool) -> None:
         tts.engine.cache_prefix(tts.format.voice_prefix("tara"))
 
 
+def lm_shape(args: argparse.Namespace) -> str:
+    if args.preset:
+        return "orpheus-3b" if args.config.model == "default" else args.config.model
+    return "tiny-llama" if args.smoke else "orpheus-3b"
+
+
 def build(args, device: torch.device, n_slots: int, max_len: int):
-    shape = "tiny-llama" if args.smoke else "orpheus-3b"
-    lm, cfg = load_lm("dummy", shape=shape, dtype=args.dtype, device=device)
+    if args.preset:
+        tts = build_tts(args.config, device, n_slots=n_slots, max_len=max_len)[0]
+        tts.engine.runner.logits_processor.allow_stop = False  # every request runs --tokens
+        return tts
+    lm, cfg = load_lm("dummy", shape=lm_shape(args), dtype=args.dtype, device=device)
     layout = OrpheusLayout.fitting(cfg.vocab_size)
     snac_cfg = {**(TINY_SNAC if args.smoke else SNAC_24KHZ), "codebook_size": layout.codebook_size}
     codec = SnacCodec(build_snac(snac_cfg), device=device, dtype=DTYPES[args.snac_dtype],
@@ -656,6 +692,15 @@ def _attention_and_head(result: dict) -> str:
     return f"Decode attention reads {reads}; logits for {logits}. "
 
 
+def _built_from(result: dict) -> list[str]:
+    if not result.get("preset"):
+        return []
+    sets = " ".join(f"`{pair}`" for pair in result["overrides"]) or "no overrides"
+    return [f"- Built as `lab serve` builds preset `{result['preset']}` with {sets}: its "
+            "engine, codec and streaming knobs, not the flags; end-of-speech is masked so that "
+            "every request runs its full length, as the flags' build does."]
+
+
 def _header(result: dict) -> list[str]:
     open_rows = (result.get("open_loop") or {}).get("rows")
     rows = open_rows or result["streams"]
@@ -670,6 +715,7 @@ def _header(result: dict) -> list[str]:
             "in brackets.",
             f"- Weights: {result['lm']} shape with dummy (random) weights and a dummy SNAC: "
             "speed only, never quality.",
+            *_built_from(result),
             f"- Baseline: {result.get('baseline', BASELINE)}",
             "- Anomalies:" + (" none seen" if not anomalies else ""),
             *[f"  - {a}" for a in anomalies], "",
@@ -844,7 +890,8 @@ def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
     window = window_of(args.window)
     result = {
         "command": command, "device": torch.cuda.get_device_name() if device.type == "cuda"
-        else "cpu", "lm": "tiny-llama" if args.smoke else "orpheus-3b", "dtype": args.dtype,
+        else "cpu", "lm": lm_shape(args), "dtype": args.dtype, "preset": args.preset,
+        "overrides": args.set,
         "decode_mode": tts.engine.runner.decoder.mode, "max_len": max_len,
         "window": args.window, "snac_compile": args.snac_compile, "snac_dtype": args.snac_dtype,
         "side_stream": args.side_stream, "snac_graphs": tts.codec.graphs is not None,

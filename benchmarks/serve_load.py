@@ -35,7 +35,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import httpx
-import yaml
 from tqdm import tqdm
 
 from lab.bench.arrivals import open_loop, poisson_arrivals
@@ -43,7 +42,7 @@ from lab.bench.load_report import PointSummary, RequestRecord, summarize, table_
 from lab.bench.loadtest import LoadPlan, SpeechTarget, draw_texts, run_load
 from lab.bench.playback import Timeline
 from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
-from lab.config import PipelineConfig, load_preset
+from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.metrics.repeats import pinned_threads
 from lab.models.registry import family
 from lab.pipeline import AudioChunk, Pipeline
@@ -187,8 +186,7 @@ def write(result: dict, out: Path, stem: str) -> None:
 
 def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
     """Status quo, then the served sweeps, on the same sentences; the report's content."""
-    cfg = load_preset(args.preset, **{key: yaml.safe_load(value) for key, value in
-                                      (pair.split("=", 1) for pair in args.set)})
+    cfg = load_preset(args.preset, **parse_overrides(args.set))
     with pinned_threads(args.threads) as threads:
         local_rows, local = status_quo(cfg, plan, args.in_process_rates)
     server = serve(args.preset, args.set, threads, args.slots, args.queue)

@@ -24,12 +24,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import yaml
-
 from lab.bench.load_report import RequestRecord, table_rows
 from lab.bench.loadtest import LoadPlan, SpeechTarget, run_load
 from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
-from lab.config import PipelineConfig, load_preset
+from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.serve import ServeOptions
 from lab.serve.replicas import LabReplicas, Placement
 
@@ -79,8 +77,7 @@ def anomalies_of(rows: list[dict]) -> list[str]:
 
 
 def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
-    overrides = {key: yaml.safe_load(value) for key, value in
-                 (pair.split("=", 1) for pair in args.set)}
+    overrides = parse_overrides(args.set)
     cfg = load_preset(args.preset, **overrides)
     options = ServeOptions(slots=args.slots, queue=args.queue, deadline_s=args.timeout,
                            model_name=Path(args.preset).stem)

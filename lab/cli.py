@@ -20,30 +20,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from lab.bench import loadtest
-from lab.config import ConfigError, PipelineConfig, list_presets, load_preset
+from lab.config import ConfigError, PipelineConfig, list_presets, load_preset, parse_overrides
 from lab.data_dir import data_dir as data_dir_of
 
 if TYPE_CHECKING:
     from lab.serve import ServeOptions
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg")
-
-
-def _overrides(pairs: list[str]) -> dict:
-    """`key=value` pairs, values read as YAML so numbers and booleans keep their types.
-
-    A dotted key (`sampling.temperature=0.7`) changes one field of a nested block.
-    """
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set expects key=value, got {pair!r}")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
 
 
 def batch_sizes(text: str) -> list[int]:
@@ -76,7 +60,7 @@ def output_path(path: str, force: bool) -> Path:
 
 
 def _config(args: argparse.Namespace) -> PipelineConfig:
-    return load_preset(args.preset, **_overrides(args.set))
+    return load_preset(args.preset, **parse_overrides(args.set))
 
 
 def _print_table(rows: list[tuple[str, str]]) -> None:

@@ -287,6 +287,20 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
+def parse_overrides(pairs: list[str]) -> dict:
+    """`key=value` pairs, values read as YAML so numbers and booleans keep their types.
+
+    A dotted key (`sampling.temperature=0.7`) changes one field of a nested block.
+    """
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {pair!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
 def load_preset(name: str | Path, **overrides: object) -> PipelineConfig:
     """Read a YAML preset, apply overrides, and validate the result."""
     path = preset_path(name)

@@ -136,15 +136,14 @@ def test_eval_exits_1_when_the_verdict_fails(tmp_path, capsys):
 
 
 def test_set_hints_the_closest_key_and_accepts_dotted_keys(tmp_path, capsys):
-    from lab.cli import _overrides
-    from lab.config import load_preset
+    from lab.config import load_preset, parse_overrides
 
     assert main(["synth", "Hi.", "--set", "quantization=int8", "-o", str(tmp_path / "a.wav")]) == 2
     assert "did you mean 'quant'?" in capsys.readouterr().err
     assert main(["synth", "Hi.", "--set", "quant=int8", "-o", str(tmp_path / "a.wav")]) == 2
     assert "did you mean 'int8-weight' or 'int8-dynamic' or 'int8-static'?" in \
         capsys.readouterr().err
-    cfg = load_preset("orpheus-tiny-cpu", **_overrides(["sampling.temperature=0.7"]))
+    cfg = load_preset("orpheus-tiny-cpu", **parse_overrides(["sampling.temperature=0.7"]))
     assert cfg.sampling.temperature == 0.7 and cfg.sampling.max_tokens == 280
 
 

@@ -167,16 +167,22 @@ def write_kv(layer: StaticLayer, k, v, positions, slot_index) -> None:
 def write_static(layer: StaticLayer, k, v, positions, slot_index, contiguous: bool,
                  n_keys: int):
     """Write a step's K/V [B, kv, T, hd] into slot rows at each row's positions, in place, and
-    return those rows' first `n_keys` positions in the step's dtype: a view of rows [0, B) when
+    return those rows' first `n_keys` positions (`read_static`)."""
+    write_kv(layer, k, v, positions, slot_index)
+    return read_static(layer, slot_index, contiguous, n_keys, k.dtype)
+
+
+def read_static(layer: StaticLayer, slot_index, contiguous: bool, n_keys: int,
+                dtype: torch.dtype):
+    """Slot rows' first `n_keys` positions in `dtype`: a view of rows [0, B) when
     `contiguous`, else a gather of that prefix only (a dequantized copy either way for fp8).
 
     `n_keys` is the mask's key count (`bias.shape[-1]`), never a separate integer: under
     torch.compile it stays a symbolic size, so one compiled block serves every prefix length.
     """
-    write_kv(layer, k, v, positions, slot_index)
-    rows = slice(0, k.shape[0]) if contiguous else slot_index
-    return (load(layer.k, layer.k_scale, rows, n_keys, k.dtype),
-            load(layer.v, layer.v_scale, rows, n_keys, v.dtype))
+    rows = slice(0, slot_index.shape[0]) if contiguous else slot_index
+    return (load(layer.k, layer.k_scale, rows, n_keys, dtype),
+            load(layer.v, layer.v_scale, rows, n_keys, dtype))
 
 
 class DynamicKVCache:

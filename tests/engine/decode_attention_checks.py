@@ -3,7 +3,11 @@ through `tests/kernels.py` (on a GPU, or on a CPU under Triton's interpreter).""
 
 from __future__ import annotations
 
+import functools
+import re
+
 import torch
+from torch._inductor.utils import run_and_get_code
 
 from lab.engine.cache import StaticKVCache
 from lab.engine.decode_attention import (
@@ -12,6 +16,7 @@ from lab.engine.decode_attention import (
     reference,
     splits,
 )
+from lab.engine.graphs import GraphedDecoder
 from lab.engine.llm import LM, LMConfig, call_block
 
 
@@ -90,3 +95,38 @@ def compiled_step_matches_eager(device: str) -> None:
             eager = lm(tokens, positions, cache.prefix(n_keys))
             compiled = lm(tokens, positions, cache.prefix(n_keys), block_fn=block)
             torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+
+
+def compiled_mixed_step_writes_the_cache_in_place(device: str) -> None:
+    """A compiled decode step that carries a prompt chunk writes the chunk's K/V into the cache
+    in place: no buffer the size of a layer's cache appears in its code (a write after the
+    kernel's read made Inductor copy each layer's cache first, 7 GB a step at 128 slots), and
+    its logits and cache are the eager step's."""
+    cfg = LMConfig(vocab_size=64, dim=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                   intermediate_size=64, max_seq_len=160)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        lm = LM(cfg).eval().requires_grad_(False).to(device)
+    for layer in lm.layers:
+        layer.attn.real_lengths = True
+    tokens = torch.tensor([[3], [5], [7], [9]], device=device)
+    positions = torch.tensor([[10], [49], [30], [159]], device=device)  # 159: scratch
+    pre = (torch.tensor([[1, 2, 3, 4]], device=device),
+           torch.tensor([[0, 1, 2, 3]], device=device), torch.tensor([4], device=device))
+    prompt = torch.randint(0, 64, (3, 50), generator=torch.Generator().manual_seed(1))
+    results, code = [], []
+    for mode in ("eager", "default"):
+        cache = StaticKVCache(cfg.n_layers, 5, 160, cfg.n_kv_heads, cfg.head_dim,
+                              device=device)
+        decoder = GraphedDecoder(lm, cache, mode, buckets=(4,), key_buckets=(64,),
+                                 prefill_tokens=4)
+        with torch.inference_mode():
+            lm(prompt.to(device), torch.arange(50, device=device).expand(3, -1), cache)
+            step = functools.partial(decoder.with_prefill, tokens, positions, 64, *pre)
+            logits, code = (step(), code) if mode == "eager" else run_and_get_code(step)
+        results.append((*logits, cache.k[..., :-1, :].clone(), cache.v[..., :-1, :].clone()))
+    layer = f"(({', '.join(str(n) for n in cache.k.shape[1:])}),"
+    allocations = re.findall(r"empty_strided\w*(\(\([^)]*\),)", "\n".join(code))
+    assert allocations and layer not in allocations, f"a copy of a layer's cache {layer}"
+    for compiled, eager in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)

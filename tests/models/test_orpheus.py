@@ -256,6 +256,21 @@ def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):
     assert md.index("## Open loop: Poisson arrivals") < md.index("## Simultaneous start")
 
 
+def test_benchmark_builds_what_the_server_builds_for_a_preset(tmp_path):
+    bench = load_streams_benchmark()
+    result = bench.main(["--smoke", "--preset", "orpheus-tiny-cpu", "--set", "overlap=1",
+                         "--set", "max_decode_interval=4", "--streams", "", "--out",
+                         str(tmp_path)])
+    assert result["window"] == "1,1,1,4,0" and result["preset"] == "orpheus-tiny-cpu"
+    assert result["lm"] == "tiny-llama" and result["decode_mode"] == "eager"
+    rows = result["open_loop"]["rows"]
+    assert all(r["finished"] == r["requests"] for r in rows)  # no early end-of-speech
+    md = (tmp_path / "orpheus_streams_smoke.md").read_text()
+    assert "builds preset `orpheus-tiny-cpu` with `overlap=1` `max_decode_interval=4`" in md
+    with pytest.raises(SystemExit):
+        bench.main(["--smoke", "--preset", "cpu-default", "--out", str(tmp_path)])
+
+
 def test_benchmark_measures_a_cloned_voice_with_and_without_its_prefix_cached(tmp_path):
     bench = load_streams_benchmark()
     result = bench.main(["--smoke", "--prefix-cache", "both", "--reference-tokens", "32",
