@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from lab.models.vits.attention import AttentionLayout
 from lab.models.vits.frames import FrameConv, FrameUpsample, from_frames, to_frames
-from lab.models.vits.generator import Generator
+from lab.models.vits.generator import Generator, MaskTails, Tails
 from lab.models.vits.layers import sequence_mask
 from lab.models.vits.text_encoder import TextEncoder
 
@@ -61,6 +61,28 @@ def test_the_vocoder_backpropagates_to_its_input(generator):
     z = torch.randn(1, 8, 6, requires_grad=True)
     generator(z, torch.ones(1, 1, 6)).pow(2).sum().backward()
     assert z.grad is not None and torch.isfinite(z.grad).all() and z.grad.abs().sum() > 0
+
+
+def test_a_padded_item_backpropagates_through_its_zeroed_tails(generator):
+    """Eagerly the padding is zeroed in place; after an in-place activation autograd needs
+    that activation as it was, so the zeroing must not touch it."""
+    z = torch.randn(2, 8, 6, requires_grad=True)
+    mask = sequence_mask(torch.tensor([6, 4])).unsqueeze(1).float()
+    generator(z, mask).pow(2).sum().backward()
+    assert torch.count_nonzero(z.grad[1, :, 4:]) == 0 and z.grad[1, :, :4].abs().sum() > 0
+
+
+@pytest.mark.parametrize("rank", ["frames", "audio"])
+def test_the_compiled_paths_mask_zeroes_what_the_eager_tails_zero(rank):
+    mask = sequence_mask(torch.tensor([7, 3, 5]), 7).unsqueeze(1).float()
+    eager, traced = Tails.of(mask).scaled(4), MaskTails.of(mask).scaled(4)
+    assert eager.lengths == (28, 12, 20) and eager.width == 28
+    x = torch.randn(3, 6, 1, 28).contiguous(memory_format=torch.channels_last)
+    if rank == "audio":
+        x = from_frames(x)[:, 0]
+    want = traced.zero(x)
+    assert torch.equal(eager.zero(x.clone()), want)
+    assert torch.count_nonzero(want[1, ..., 12:]) == 0 and torch.count_nonzero(want[0]) > 0
 
 
 def test_attention_layout_blocks_only_padded_pairs():

@@ -2,8 +2,9 @@
 
 Activations beyond each item's length are zeroed before every convolution. For one item this is
 exactly what zero padding already does; for a padded batch it makes every item's audio equal to
-decoding it alone, which is what lets the lab batch without changing the sound. Where no item is
-padded the mask is None and nothing is multiplied.
+decoding it alone, which is what lets the lab batch without changing the sound. Run eagerly, only
+the padding itself is written (`Tails`); compiled, the activations are multiplied by the mask
+(`MaskTails`). Where no item is padded the mask is None and nothing is zeroed.
 
 The generator is most of the voice's time, so it runs on channels-last frames (`frames.py`) and
 updates its residual sums in place: the long, 32-channel tensors of the last stage make every
@@ -11,6 +12,8 @@ extra pass over memory count.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -22,13 +25,61 @@ from lab.models.vits.layers import same_padding
 SLOPE = 0.1
 
 
-def _activate(x: torch.Tensor, mask: torch.Tensor | None, slope: float = SLOPE, *,
+@dataclass(frozen=True)
+class Tails:
+    """Where each item of a padded batch ends, at one stage's rate: the frames past
+    `lengths[b]` of a tensor `width` frames long are padding. Zeroing them touches only the
+    padding: on channels-last frames an item's tail is one contiguous block, where multiplying
+    by a mask reads and writes the whole tensor."""
+
+    lengths: tuple[int, ...]
+    width: int
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> Tails:
+        """From a [B, 1, T] mask, 1 up to each item's length."""
+        return cls(tuple(int(n) for n in mask.sum(dim=-1).flatten().tolist()), mask.shape[-1])
+
+    def scaled(self, rate: int) -> Tails:
+        return Tails(tuple(n * rate for n in self.lengths), self.width * rate)
+
+    def zero(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, ..., width] with each item's padding zeroed, in place."""
+        for row, n in enumerate(self.lengths):
+            if n < self.width:
+                x[row, ..., n:] = 0
+        return x
+
+
+@dataclass(frozen=True)
+class MaskTails:
+    """`Tails` for compiled code: a product with the [B, 1, 1, T] frame mask traces without
+    data-dependent lengths, so one compiled graph serves every padding."""
+
+    mask: torch.Tensor
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> MaskTails:
+        return cls(to_frames(mask))
+
+    def scaled(self, rate: int) -> MaskTails:
+        return MaskTails(self.mask.repeat_interleave(rate, dim=-1))
+
+    def zero(self, x: torch.Tensor) -> torch.Tensor:
+        """x (frames, or audio [B, T]) times the mask, out of place."""
+        return x * (self.mask if x.dim() == 4 else from_frames(self.mask)[:, 0])
+
+
+def _activate(x: torch.Tensor, tails: Tails | MaskTails | None, slope: float = SLOPE, *,
               inplace: bool = False) -> torch.Tensor:
     """leaky_relu(x), zeroed beyond each item's length: what every convolution here reads.
-    In place where nothing reads x again, which spares a fresh tensor the size of x. (The mask
-    is applied out of place: autograd needs an in-place leaky_relu's output as it was.)"""
+    In place where nothing reads x again, which spares a fresh tensor the size of x. (Under
+    autograd an in-place leaky_relu's output must stay as it was, so its padding is zeroed on
+    a copy.)"""
     y = F.leaky_relu(x, slope, inplace=inplace)
-    return y if mask is None else y * mask
+    if tails is None:
+        return y
+    return tails.zero(y.clone() if inplace and torch.is_grad_enabled() else y)
 
 
 class ResBlock(nn.Module):
@@ -44,12 +95,12 @@ class ResBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, activated: torch.Tensor,
-                mask: torch.Tensor | None) -> torch.Tensor:
+                tails: Tails | MaskTails | None) -> torch.Tensor:
         """x [B, C, 1, T] frames; `activated` is `_activate(x, mask)`, computed once for all
         of a stage's blocks since they start from the same x. Beyond each length the result
         is not zeroed: whatever reads it masks first."""
         for i, conv in enumerate(self.convs):
-            x = conv(activated if i == 0 else _activate(x, mask)).add_(x)
+            x = conv(activated if i == 0 else _activate(x, tails)).add_(x)
         return x
 
 
@@ -87,25 +138,25 @@ class Generator(nn.Module):
             hop *= rate
         return hop
 
-    def _stage(self, i: int, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _stage(self, i: int, x: torch.Tensor, tails: Tails | MaskTails | None) -> torch.Tensor:
         """The mean of stage i's resblocks, summed in place."""
         blocks = self.resblocks[i * self.n_kernels : (i + 1) * self.n_kernels]
-        activated = _activate(x, mask)
-        total = blocks[0](x, activated, mask)
+        activated = _activate(x, tails)
+        total = blocks[0](x, activated, tails)
         for block in blocks[1:]:
-            total.add_(block(x, activated, mask))
+            total.add_(block(x, activated, tails))
         return total.div_(self.n_kernels)
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """z [B, C, T] latent frames; mask [B, 1, T], or None when no item is padded.
         Returns audio [B, T * hop]."""
-        frame_mask = None if mask is None else to_frames(mask)
+        kind = MaskTails if torch.compiler.is_compiling() else Tails
+        tails = None if mask is None else kind.of(mask)
         x = self.conv_pre(to_frames(z if mask is None else z * mask))
         for i, (up, rate) in enumerate(zip(self.ups, self.upsample_rates, strict=True)):
-            x = up(_activate(x, frame_mask, inplace=True))
-            if frame_mask is not None:
-                frame_mask = frame_mask.repeat_interleave(rate, dim=-1)
-            x = self._stage(i, x, frame_mask)
-        audio = self.conv_post(_activate(x, frame_mask, 0.01, inplace=True))
+            x = up(_activate(x, tails, inplace=True))
+            tails = None if tails is None else tails.scaled(rate)
+            x = self._stage(i, x, tails)
+        audio = self.conv_post(_activate(x, tails, 0.01, inplace=True))
         audio = torch.tanh(from_frames(audio))[:, 0]
-        return audio if mask is None else audio * from_frames(frame_mask)[:, 0]
+        return audio if tails is None else tails.zero(audio.clone())

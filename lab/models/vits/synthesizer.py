@@ -88,10 +88,12 @@ class Synthesizer(nn.Module):
         log_std: torch.Tensor,
         durations: torch.Tensor,
         noise: torch.Tensor,
+        span: int | None = None,
     ) -> Latents:
-        """Expand phoneme priors to frames, sample with noise [B, C, frames], run the flow back."""
+        """Expand phoneme priors to frames, sample with noise [B, C, frames], run the flow back.
+        `span` pads the frame axis beyond the longest item (None: no padding)."""
         lengths = durations.sum(dim=1).clamp_min(1)
-        mask = sequence_mask(lengths).unsqueeze(1).to(mean.dtype)
+        mask = sequence_mask(lengths, span).unsqueeze(1).to(mean.dtype)
         mean = expand_by_durations(mean, durations, mask)
         log_std = expand_by_durations(log_std, durations, mask)
         z_p = mean + noise[..., : mean.shape[-1]] * torch.exp(log_std)
