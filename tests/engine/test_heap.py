@@ -12,7 +12,8 @@ def test_survivors_are_frozen_and_later_garbage_is_still_collected():
     try:
         kept = [_Node() for _ in range(1000)]
         frozen = freeze_survivors()
-        assert frozen >= 1000 and gc.get_freeze_count() == frozen
+        # >=: a pipeline another test left warming up may freeze its own survivors meanwhile
+        assert frozen >= 1000 and gc.get_freeze_count() >= frozen
         cycle = _Node()
         cycle.self = cycle
         alive = weakref.ref(cycle)
