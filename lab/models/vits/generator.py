@@ -34,6 +34,7 @@ class Tails:
 
     lengths: tuple[int, ...]
     width: int
+    in_place = True
 
     @classmethod
     def of(cls, mask: torch.Tensor) -> Tails:
@@ -57,6 +58,7 @@ class MaskTails:
     data-dependent lengths, so one compiled graph serves every padding."""
 
     mask: torch.Tensor
+    in_place = False
 
     @classmethod
     def of(cls, mask: torch.Tensor) -> MaskTails:
@@ -70,16 +72,22 @@ class MaskTails:
         return x * (self.mask if x.dim() == 4 else from_frames(self.mask)[:, 0])
 
 
+def _zero_padding(y: torch.Tensor, tails: Tails | MaskTails | None, *,
+                  kept: bool) -> torch.Tensor:
+    """y with each item's padding zeroed. `kept`: autograd keeps y as it is (the output of an
+    in-place op, or of tanh), so under autograd in-place zeroing works on a copy."""
+    if tails is None:
+        return y
+    if kept and tails.in_place and torch.is_grad_enabled():
+        y = y.clone()
+    return tails.zero(y)
+
+
 def _activate(x: torch.Tensor, tails: Tails | MaskTails | None, slope: float = SLOPE, *,
               inplace: bool = False) -> torch.Tensor:
     """leaky_relu(x), zeroed beyond each item's length: what every convolution here reads.
-    In place where nothing reads x again, which spares a fresh tensor the size of x. (Under
-    autograd an in-place leaky_relu's output must stay as it was, so its padding is zeroed on
-    a copy.)"""
-    y = F.leaky_relu(x, slope, inplace=inplace)
-    if tails is None:
-        return y
-    return tails.zero(y.clone() if inplace and torch.is_grad_enabled() else y)
+    In place where nothing reads x again, which spares a fresh tensor the size of x."""
+    return _zero_padding(F.leaky_relu(x, slope, inplace=inplace), tails, kept=inplace)
 
 
 class ResBlock(nn.Module):
@@ -96,7 +104,7 @@ class ResBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, activated: torch.Tensor,
                 tails: Tails | MaskTails | None) -> torch.Tensor:
-        """x [B, C, 1, T] frames; `activated` is `_activate(x, mask)`, computed once for all
+        """x [B, C, 1, T] frames; `activated` is `_activate(x, tails)`, computed once for all
         of a stage's blocks since they start from the same x. Beyond each length the result
         is not zeroed: whatever reads it masks first."""
         for i, conv in enumerate(self.convs):
@@ -159,4 +167,4 @@ class Generator(nn.Module):
             x = self._stage(i, x, tails)
         audio = self.conv_post(_activate(x, tails, 0.01, inplace=True))
         audio = torch.tanh(from_frames(audio))[:, 0]
-        return audio if tails is None else tails.zero(audio.clone())
+        return _zero_padding(audio, tails, kept=True)
