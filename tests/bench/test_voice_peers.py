@@ -64,3 +64,16 @@ def test_the_report_names_its_baseline_and_anomalies(peers, tmp_path):
     assert "- Baseline: onnxruntime" in md and "  - hibari: not installed" in md
     assert "| onnxruntime | 0.15 (0.1-0.2) |" in md
     assert json.loads((tmp_path / "peers.json").read_text())["rows"][0]["pass_rtf"]
+
+
+def test_first_and_later_passes_are_split_per_child_and_compared(peers):
+    """Each child's first pass is cold (new shapes); the later ones are warmed."""
+    lab = [child_result([[0.3, 0.3], [0.1, 0.1]]), child_result([[0.5, 0.5], [0.1, 0.1]])]
+    rows = peers.with_ratio([peers.summary("onnxruntime", [child_result([[0.2], [0.2]])]),
+                             peers.summary("lab fp32", lab)])
+    assert rows[1]["first_pass_rtf"] == pytest.approx(0.4)
+    assert rows[1]["later_pass_rtf"] == pytest.approx(0.1)
+    assert rows[1]["later_vs_onnxruntime"] == pytest.approx(0.5)
+    one_pass = peers.summary("lab fp32", [child_result([[0.3]])])
+    assert one_pass["later_pass_rtf"] is None
+    assert "later_vs_onnxruntime" not in peers.with_ratio([one_pass])[0]
