@@ -1,6 +1,6 @@
-"""int8-static: the voice's vocoder in int8 sounds like fp32 and runs int8 kernels, a 1-D
-convolution fed time-major frames (as the flow is) comes out right, and where static int8
-cannot apply the chain falls back with the reason."""
+"""int8-static: the voice's vocoder in int8 sounds like fp32, masked or not, and runs int8
+kernels, a 1-D convolution fed time-major frames (as the flow is) comes out right, and where
+static int8 cannot apply the chain falls back with the reason."""
 
 from __future__ import annotations
 
@@ -49,6 +49,12 @@ def test_the_int8_vocoder_sounds_like_fp32_and_runs_int8_kernels():
         assert agreement_db(torch.from_numpy(take), torch.from_numpy(ref)) > 12
         scores = fidelity(take, ref, backend.sample_rate)
         assert scores.pesq_wb > 3.5 and scores.stoi > 0.95
+    # A sentence whose frames fill its padded length exactly reaches the vocoder unmasked.
+    lat, ref = latents[0], reference[0]
+    n = int(lat.lengths[0])
+    with torch.inference_mode():
+        whole = backend.model.vocode(lat.z[..., :n], lat.mask[..., :n])[0]
+    assert agreement_db(whole, torch.from_numpy(ref[: len(whole)])) > 12
 
 
 def test_a_1d_convolution_is_quantized_and_reads_time_major_frames_right():
