@@ -84,7 +84,10 @@ def score(rows: list[dict], takes: dict[str, list[np.ndarray]], sentences: list[
         own = scores[row["config"]]
         row["dnsmos_ovrl"] = round(statistics.fmean(s.mos.ovrl for s in own), 3)
         row["wer"] = round(statistics.fmean(s.wer for s in own), 3)
-        row["verdict"] = compare(own, scores["fp32"]).outcome  # pass, fail or inconclusive
+        report = compare(own, scores["fp32"])
+        row["verdict"] = report.outcome  # pass, fail or inconclusive
+        row["unsettled"] = "; ".join(f"{c.name}: {c.verdict}" for c in report.checks
+                                     if c.outcome != "pass")
 
 
 def save_audio(path: Path, rows: list[dict], takes: dict[str, list[np.ndarray]],

@@ -1,28 +1,17 @@
 """benchmarks/quality_verdicts.py: its table from a run's JSON, on synthetic scores."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lab.quality import MosScores, QualityScores, compare, mos_fields, mos_label
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.bench.conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCHMARKS))  # it reuses voice_bench's report header
-    try:
-        spec = importlib.util.spec_from_file_location("quality_verdicts",
-                                                      BENCHMARKS / "quality_verdicts.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with benchmark_module("quality_verdicts") as module:
         yield module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 def _scores(n: int, wer_shift: float) -> tuple[list[QualityScores], list[QualityScores]]:

@@ -1,25 +1,17 @@
 """benchmarks/voice_peers.py: its figures from the children's passes, and rows that cannot run."""
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.bench.conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def peers():
-    sys.path.insert(0, str(BENCHMARKS))  # it reuses voice_bench's report header
-    try:
-        spec = importlib.util.spec_from_file_location("voice_peers", BENCHMARKS / "voice_peers.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    with benchmark_module("voice_peers") as module:
         yield module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 def child_result(rtfs: list[list[float]], **extra) -> dict:
