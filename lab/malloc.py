@@ -18,20 +18,22 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import logging
 import os
 import platform
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 KEEP = 2**31 - 1  # the largest value mallopt takes: blocks below it never go back to mmap
 SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, KEEP), (M_TRIM_THRESHOLD, KEEP))
-_state: dict[str, str] = {}
 
 
+@functools.cache
 def keep_freed_memory() -> str:
-    """Apply SETTINGS once per process; returns what was done, for the run's notes."""
-    if "note" not in _state:
-        _state["note"] = _apply()
-    return _state["note"]
+    """Apply SETTINGS once per process; logs and returns what was done."""
+    note = _apply()
+    logging.getLogger("lab").info(note)
+    return note
 
 
 def _apply() -> str:

@@ -136,7 +136,7 @@ class Pipeline:
         self.device = resolve_device(self.config.device)
         say = on_stage or (lambda _msg: None)
         if self.device.type == "cpu":
-            say(keep_freed_memory())
+            keep_freed_memory()
         self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch)
         say(f"loading {self.config.family} weights ({self.config.model}) onto {self.device}")
         started = time.perf_counter()
