@@ -3,11 +3,11 @@
 PyTorch's CPU tensors come straight from `malloc`. By default glibc serves every block above a
 moving threshold (at most 32 MB) with fresh pages from `mmap` and hands freed memory back to
 the kernel, so each sentence's large activations fault their pages in again; and each thread
-that runs a model (the pipeline's worker) gets an arena of its own, whose heaps glibc trims
-more eagerly than the main one. On a 2-core x86 machine the default voice rendered 25 sentences
-through the pipeline in 4.3-5.0 s with glibc's defaults, 4.2-4.4 s with one arena, and
-3.8-4.0 s with one arena that keeps what it frees, against 4.1-4.2 s for the same backend called
-on the main thread (same process layout, runs interleaved).
+that runs a model (the pipeline's worker) gets an arena of its own, from which the same work
+ran slower than from the main thread's. On a 2-core x86 machine the default voice rendered 25
+sentences through the pipeline in 4.3-5.0 s with glibc's defaults, 4.2-4.4 s with one arena,
+and 3.8-4.0 s with one arena that keeps what it frees, against 4.1-4.2 s for the same backend
+called on the main thread (same process layout, runs interleaved).
 
 The price is memory: the process keeps its peak heap for the next request instead of returning
 it. A user who set glibc's own `MALLOC_*` variables keeps them, and nothing changes where the
