@@ -17,7 +17,8 @@ Every row runs in its own child process on `--threads` threads: onnxruntime's id
 and would slow PyTorch in the same process. Each round starts every row's child in turn, so a
 slow moment of a shared machine falls on all rows alike; a child warms up on two sentences,
 then times `--repeats` passes. RTF is wall time over audio seconds per sentence, the median
-over sentences and passes with its min-max. The first round's children also score their audio
+over sentences and passes with its min-max; each child's first pass and its later ones are also
+reported apart (cold shapes and warmed ones). The first round's children also score their audio
 (DNSMOS OVRL and WER, `lab.quality`). A row that cannot run says why and the others go on.
 Writes voice_peers.json and .md; `--render` rewrites the markdown from the JSON.
 """
@@ -275,7 +276,10 @@ def write(result: dict, out: Path, stem: str) -> None:
              "`rtf` is wall time over audio seconds per sentence, text in and audio out, the "
              "median (min-max) over sentences and passes; `rtf_vs_onnxruntime` divides it by "
              "the onnxruntime row's (below 1: faster than Piper's runtime); `rtf_of_totals` "
-             "is the median pass's total wall time over its audio. Sound: DNSMOS OVRL and "
+             "is the median pass's total wall time over its audio; `first_pass_rtf` is that "
+             "for each child's first timed pass (sentence lengths new to the process), "
+             "`later_pass_rtf` for the passes after it, and `later_vs_onnxruntime` divides "
+             "the latter by onnxruntime's. Sound: DNSMOS OVRL and "
              "WER (pocketsphinx) averaged over the first round's sentences.", "",
              markdown_table(rows, cols)]
     notes = [f"- {r['row']}: {n}" for r in result["rows"] for n in r.get("notes", [])]
