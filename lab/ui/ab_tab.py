@@ -259,14 +259,19 @@ class AbWidgets:
 
 
 def mark_heard(ctx: LabContext, w: AbWidgets, side: str, state: Rendered | None) -> dict:
-    """Record that `side` was played; the vote buttons open once both sides have been."""
+    """Record that `side` was played; the vote buttons open once both sides have been.
+
+    A play only ever opens the buttons (the render closed them): when both clips start at
+    once, the first play's answer can reach the page after the second's, and an answer that
+    also closed them would shut the vote for good.
+    """
     if state is None or state.voted:
         return {}
     state.heard.add(side)
-    out = {w.state: state, w.tally: tally_text(ctx, state),
-           **{b: gr.Button(interactive=state.can_vote) for b in w.buttons}}
+    out = {w.state: state, w.tally: tally_text(ctx, state)}
     if state.can_vote:
         out[w.status] = "Both heard: vote now."
+        out.update({b: gr.Button(interactive=True) for b in w.buttons})
     return out
 
 
@@ -418,9 +423,11 @@ def build(ctx: LabContext, demo: gr.Blocks) -> None:
         concurrency_limit=1)
     stop.click(on_cancel, None, status, cancels=[rendering])
     heard_outputs = [state, tally, status, *buttons]
+    # One play at a time across both players, so the tally's answers reach the page in the
+    # order they were computed.
     for player, side in ((audio_x, "x"), (audio_y, "y")):
         player.play(_listener(ctx, w, side), state, heard_outputs, show_progress="hidden",
-                    concurrency_limit=None)
+                    concurrency_limit=1, concurrency_id="ab-heard")
     outputs = [state, reveal, quality_chart, table, win_chart, status, tally, *buttons,
                rank_table, rank_chart, rank_notes]
     for button, choice in zip(buttons, ("x", "same", "y"), strict=True):
