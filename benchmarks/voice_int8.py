@@ -10,10 +10,14 @@ round renders the sentence sets through each config in turn, one sentence per ca
 and in calls of `--batch-sizes` sentences, so a slow moment of a shared machine falls on all
 configs alike. A pass's RTF is its wall time over its audio seconds; rows give the median pass
 with its min-max, and `rtf_vs_fp32` the median over the fp32 row's at the same batch size (the
-int8 target is 0.6 or less). The sound is each config's batch-1 take of every sentence (same
-seeds as fp32): DNSMOS OVRL and pocketsphinx WER, judged against the fp32 row by the lab's gate
-as `voice_knobs.py` judges it, and PESQ against the fp32 take. Writes voice_int8_<device>.json
-and .md; hand-written remarks go in the JSON's `anomalies` and `notes` lists.
+int8 target is 0.6 or less). `int8-static bf16` runs the float work between the int8 layers
+in bf16. `--made-up N` adds N sentences drawn from the lab's own sentence generator
+(`lab.frontend.fixed_length`: one clause, 40-60 characters), which no quality gate was tuned on and
+which give a verdict the sets' 25 sentences cannot settle. The sound is each config's batch-1
+take of every sentence (same seeds as fp32): DNSMOS OVRL and pocketsphinx WER, judged against
+the fp32 row by the lab's gate as `voice_knobs.py` judges it, and PESQ against the fp32 take.
+Writes voice_int8_<device>.json and .md (`--stem` names them otherwise); hand-written remarks
+go in the JSON's `anomalies` and `notes` lists.
 """
 
 from __future__ import annotations
@@ -32,12 +36,16 @@ from voice_knobs import score
 from lab.bench.report import markdown_table, run_meta, write_json
 from lab.config import PipelineConfig
 from lab.frontend import sentence_set
+from lab.frontend.fixed_length import fixed_length_sentences
 from lab.metrics.repeats import pinned_threads
 from lab.pipeline import Pipeline
 from lab.quality import fidelity
 
 CONFIGS = {"fp32": {"dtype": "fp32"}, "bf16": {"dtype": "bf16"},
-           "int8-static": {"quant": "int8-static"}, "fp32 compiled": {"compile": "default"}}
+           "int8-static": {"quant": "int8-static"},
+           "int8-static bf16": {"quant": "int8-static", "dtype": "bf16"},
+           "fp32 compiled": {"compile": "default"}}
+MADE_UP_SEED = 7  # not the seed the seed-units benchmark draws its 50-character texts with
 COLUMNS = ["config", "batch_size", "rtf", "rtf_vs_fp32", "setup_s", "dnsmos_ovrl", "wer",
            "pesq_vs_fp32", "verdict", "applied", "fallbacks"]
 
@@ -133,18 +141,25 @@ def main() -> None:
                     choices=list(CONFIGS))
     ap.add_argument("--sets", default="short,medium", help="the lab's sentence sets")
     ap.add_argument("--limit", type=int, help="only the first N sentences (a smoke run)")
+    ap.add_argument("--made-up", type=int, default=0,
+                    help="add N sentences from the lab's sentence generator")
     ap.add_argument("--batch-sizes", default="1,8")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--stem", help="file name of the results (default voice_int8_<device>)")
     ap.add_argument("--render", action="store_true", help="rewrite the .md from the .json")
     args = ap.parse_args()
-    stem = f"voice_int8_{args.device}"
+    stem = args.stem or f"voice_int8_{args.device}"
     if args.render:
         return write(json.loads((args.out / f"{stem}.json").read_text()), args.out, stem)
     sets = args.sets.split(",")
-    texts = [t for name in sets for t in sentence_set(name)][:args.limit]
+    texts = [t for name in sets for t in sentence_set(name)]
+    if args.made_up:
+        texts += fixed_length_sentences(args.made_up, MADE_UP_SEED, low=20, high=120)
+        sets.append(f"{args.made_up} made up")
+    texts = texts[:args.limit]
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     names = ["fp32", *(n for n in args.configs if n != "fp32")]
     with pinned_threads(args.threads) as threads:

@@ -10,6 +10,9 @@ Rows, each rendering the same sentences (the lab's sets) text in, audio out, one
   (one-shot, batch 1, no compile unless `--compile` says so);
 - `lab fp32 compiled`: `lab fp32` with the compile knob at `default` whatever `--compile` says,
   so one run shows what compiling gives beside the eager row;
+- `lab int8-static bf16`: the vocoder's and the flow's convolutions in int8 (calibrated and
+  compiled as the pipeline does when the process starts, timed apart as `load_s`), the float
+  work between them in bf16;
 - `hibari`: the Kokoro-distilled ONNX voice of the `hibari-tts` package (its bundled voice and
   its own G2P, so its ids are its own), a voice users pick instead of Piper's.
 
@@ -92,8 +95,9 @@ def onnxruntime_row(threads: int, compile_mode: str) -> tuple[Render, list[str]]
     return render, []
 
 
-def lab_row(dtype: str, own_compile: str | None = None) -> Row:
-    """The lab in `dtype`, compiled as `--compile` says, or as `own_compile` when given."""
+def lab_row(dtype: str, own_compile: str | None = None, quant: str = "none") -> Row:
+    """The lab in `dtype` with `quant`, compiled as `--compile` says, or as `own_compile` when
+    given."""
 
     def build(threads: int, compile_mode: str) -> tuple[Render, list[str]]:
         """The lab as a request runs it; its notes are the pipeline's fallbacks (on a CPU
@@ -104,7 +108,7 @@ def lab_row(dtype: str, own_compile: str | None = None) -> Row:
         from lab.pipeline import Pipeline
 
         torch.set_num_threads(threads)
-        pipe = Pipeline(PipelineConfig(device="cpu", dtype=dtype,
+        pipe = Pipeline(PipelineConfig(device="cpu", dtype=dtype, quant=quant,
                                        compile=own_compile or compile_mode,
                                        stream=False, batch_size=1))
 
@@ -136,7 +140,7 @@ def hibari_row(threads: int, compile_mode: str) -> tuple[Render, list[str]]:
 ROWS: dict[str, Row] = {
     BASELINE: onnxruntime_row, "lab fp32": lab_row("fp32"),
     "lab fp32 compiled": lab_row("fp32", own_compile="default"), "lab bf16": lab_row("bf16"),
-    "hibari": hibari_row}
+    "lab int8-static bf16": lab_row("bf16", quant="int8-static"), "hibari": hibari_row}
 
 
 def timed_passes(render: Render, texts: list[str], repeats: int) -> tuple[list, list]:

@@ -77,9 +77,9 @@ def _static_reason(device: torch.device, dtype: torch.dtype) -> str | None:
     if device.type != "cpu" or platform.machine().lower() not in ("x86_64", "amd64"):
         return (f"static int8 lowers to oneDNN's x86 CPU kernels; the model is on {device} "
                 f"({platform.machine()})")
-    if dtype != torch.float32:
-        return (f"static int8 calibrates and runs around fp32 activations; model dtype is "
-                f"{dtype_name(dtype)}")
+    if dtype not in (torch.float32, torch.bfloat16):
+        return (f"static int8 runs the float work around its int8 layers in fp32 or bf16; "
+                f"model dtype is {dtype_name(dtype)}")
     if not torch.backends.mkldnn.is_available():
         return "static int8 needs oneDNN, which this torch build lacks"
     return None

@@ -11,6 +11,12 @@ kernel. Run without Inductor, the pairs would execute in fp32 around a float lay
 than no quantization at all, so a statically quantized part always runs compiled, whatever the
 compile knob says.
 
+Calibration and conversion are always done in fp32. A model in bf16 gets its parts compiled
+under bf16 autocast (torchao's int8-mixed-bf16): the int8 layers are the same, and what runs in
+float between them (the layers kept float, the activations) runs in bf16, as the rest of the
+model does. On a CPU with native bf16 that speeds up what int8 cannot take: the vocoder's
+full-rate last stage, which must stay float, is over a third of its fp32 time.
+
 Importing this module imports torchao's x86 quantizer, which registers Inductor's int8 fusion
 passes and sets `torch._inductor.config.pre_grad_custom_pass` for the whole process; the lab
 imports it only when int8-static is asked for.
@@ -33,6 +39,7 @@ from torch._dynamo.utils import counters
 from torch.export import Dim
 
 from lab.quant import ao
+from lab.quant.precision import dtype_name
 
 ao.load()
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
@@ -217,13 +224,15 @@ def _lowered() -> int:
                for op in ("qconv", "qlinear"))
 
 
-def _compile(graph: torch.fx.GraphModule, example: Args) -> Callable:
+def _compile(graph: torch.fx.GraphModule, example: Args, float_dtype: torch.dtype) -> Callable:
     """`graph` compiled ahead of time by AOTInductor, with freezing on: only then does Inductor
     fold the int8 weights and lower each quantize/dequantize pair with its layer to one oneDNN
     kernel. Ahead of time rather than through torch.compile, whose guards on the sizes at which
     oneDNN picks a convolution algorithm would recompile the vocoder for each band of lengths
-    (five bands below 110 frames, 10-30 s each)."""
-    with torch.no_grad(), tempfile.TemporaryDirectory() as folder:
+    (five bands below 110 frames, 10-30 s each). Exported under autocast to `float_dtype`
+    when that is not fp32, so the program's float work runs in it."""
+    mixed = torch.autocast("cpu", dtype=float_dtype, enabled=float_dtype != torch.float32)
+    with torch.no_grad(), mixed, tempfile.TemporaryDirectory() as folder:
         package = torch._inductor.aoti_compile_and_package(
             _export(graph, example), package_path=str(Path(folder) / "part.pt2"),
             inductor_configs={"freezing": True})
@@ -237,21 +246,28 @@ def _contiguous(args: Args) -> Args:
     return tuple(None if a is None else a.contiguous() for a in args)
 
 
+def _as_fp32(args: Args) -> Args:
+    """Floating arguments in fp32, the dtype every part is calibrated and exported in."""
+    return tuple(a.float() if a is not None and a.is_floating_point() else a for a in args)
+
+
 class StaticInt8:
     """A part's method, run by its compiled int8 programs: one per pattern of None arguments
     seen in calibration (the vocoder takes a mask only for padded batches); `report` says what
-    they quantized."""
+    they quantized. It takes and returns `dtype`, the model's, whatever its programs take."""
 
-    def __init__(self, programs: dict[tuple[bool, ...], Callable], report: StaticReport) -> None:
+    def __init__(self, programs: dict[tuple[bool, ...], Callable], report: StaticReport,
+                 dtype: torch.dtype = torch.float32) -> None:
         self.programs = programs
         self.report = report
+        self.dtype = dtype
 
     def __call__(self, *args: torch.Tensor | None) -> torch.Tensor:
         program = self.programs.get(_pattern(args))
         if program is None:
             raise ValueError(f"int8-static was calibrated on calls with None at "
                              f"{list(self.programs)}, not {_pattern(args)}")
-        return program(*_contiguous(args))
+        return program(*_contiguous(_as_fp32(args))).to(self.dtype)
 
 
 def agreement_db(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -261,9 +277,10 @@ def agreement_db(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def _program(module: nn.Module, inputs: Sequence[Args], config: QuantizationConfig,
-             keep_float: Mapping[str, str]) -> tuple[Callable, StaticReport]:
+             keep_float: Mapping[str, str], float_dtype: torch.dtype
+             ) -> tuple[Callable, StaticReport]:
     """One None-pattern of `module`'s forward: export, mark, calibrate on every input,
-    convert, compile, and check the compiled program against float on the first input."""
+    convert, compile, and check the compiled program against fp32 on the first input."""
     quantizer = LayerQuantizer(config, keep_float)
     prepared = prepare_pt2e(_export(module, inputs[0]).module(), quantizer)
     with torch.no_grad():
@@ -273,7 +290,7 @@ def _program(module: nn.Module, inputs: Sequence[Args], config: QuantizationConf
     if not report.quantized:
         raise ValueError("no 2-D convolution or linear layer to quantize in the exported graph")
     before = _lowered()
-    program = _compile(convert_pt2e(prepared), inputs[0])
+    program = _compile(convert_pt2e(prepared), inputs[0], float_dtype)
     report.int8_kernels = _lowered() - before
     with torch.inference_mode():
         db = agreement_db(program(*_contiguous(inputs[0])), module(*inputs[0]))
@@ -289,13 +306,15 @@ def quantize_static_int8(
     keep_float: Mapping[str, str] | None = None,
     config: QuantizationConfig | None = None,
     method: str = "forward",
+    float_dtype: torch.dtype = torch.float32,
 ) -> tuple[StaticInt8, StaticReport]:
     """`module.<method>` as compiled static-int8 programs, and what was quantized.
 
-    `calibration_inputs` are positional arguments the method receives on real input, batched
-    along dim 0; a None argument (an optional mask) gives its own program. `keep_float` maps
-    layer paths inside `module` to the reason they stay float. Raises ValueError when nothing
-    can be quantized or the int8 output strays from float.
+    `module` is in fp32, and so are `calibration_inputs`: positional arguments the method
+    receives on real input, batched along dim 0; a None argument (an optional mask) gives its
+    own program. `keep_float` maps layer paths inside `module` to the reason they stay float;
+    float work runs in `float_dtype` (fp32 or bf16), which the programs also take and return.
+    Raises ValueError when nothing can be quantized or the int8 output strays from float.
     """
     if not calibration_inputs:
         raise ValueError(f"no calibration input: calibration never called {method}")
@@ -307,7 +326,7 @@ def quantize_static_int8(
         groups.setdefault(_pattern(args), []).append(args)
     programs, reports = {}, []
     for pattern, inputs in groups.items():
-        programs[pattern], report = _program(module, inputs, config, keep_float)
+        programs[pattern], report = _program(module, inputs, config, keep_float, float_dtype)
         reports.append(report)
     report.int8_kernels = min(r.int8_kernels for r in reports)
     if report.int8_kernels < len(report.quantized):
@@ -316,19 +335,24 @@ def quantize_static_int8(
     if config.input_activation.quant_max == 127:
         report.notes.append("int8-static keeps activations to 7 bits: this CPU's int8 kernels "
                             "(no VNNI) saturate on full-range 8-bit ones")
-    return StaticInt8(programs, report), report
+    if float_dtype != torch.float32:
+        report.notes.append(f"int8-static runs the float work between its int8 layers in "
+                            f"{dtype_name(float_dtype)}")
+    return StaticInt8(programs, report, float_dtype), report
 
 
-def _record(model: nn.Module, parts: Mapping[str, str], calibrate: Callable[[], None]
-            ) -> dict[str, list[Args]]:
-    """The positional arguments each part's method receives while the family calibrates,
-    copied out of inference mode so that torch.export can trace with them."""
+def _record(model: nn.Module, parts: Mapping[str, str], calibrate: Callable[[], None],
+            dtype: torch.dtype) -> dict[str, list[Args]]:
+    """The positional arguments each part's method receives while the family calibrates, in
+    fp32, copied out of inference mode so that torch.export can trace with them. The parts are
+    in fp32 meanwhile, and the rest of the model in `dtype`: each call is cast on the way in
+    and its result back on the way out."""
     seen: dict[str, list[Args]] = {path: [] for path in parts}
 
     def recorder(method: Callable, calls: list[Args]) -> Callable:
         def record(*args):
-            calls.append(args)
-            return method(*args)
+            calls.append(_as_fp32(args))
+            return method(*calls[-1]).to(dtype)
         return record
 
     modules = {path: model.get_submodule(path) for path in parts}
@@ -349,13 +373,20 @@ def quantize_parts(target: Target, config: QuantizationConfig, done: Quantized) 
     static = target.static
     if static is None:
         return "the family's plan names no part to quantize whole with its own calibration text"
+    modules = {part: target.model.get_submodule(part) for part in static.parts}
     try:
-        inputs = _record(target.model, static.parts, static.calibrate)
-        results = {part: quantize_static_int8(target.model.get_submodule(part), inputs[part],
-                                              _inside(part, static.keep_float), config, method)
+        for module in modules.values():
+            module.float()
+        inputs = _record(target.model, static.parts, static.calibrate, target.dtype)
+        results = {part: quantize_static_int8(modules[part], inputs[part],
+                                              _inside(part, static.keep_float), config, method,
+                                              target.dtype)
                    for part, method in static.parts.items()}
     except Exception as err:  # export and compiler errors run to pages: their first line
         return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+    finally:
+        for module in modules.values():
+            module.to(target.dtype)
     for part, (run, report) in results.items():
         setattr(target.model.get_submodule(part), static.parts[part], run)
         done.quantized += [f"{part}.{layer}" for layer in report.quantized]

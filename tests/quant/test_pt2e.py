@@ -1,6 +1,7 @@
 """int8-static: the voice's vocoder in int8 sounds like fp32, masked or not, and runs int8
-kernels, a 1-D convolution fed time-major frames (as the flow is) comes out right, and where
-static int8 cannot apply the chain falls back with the reason."""
+kernels, with its float work in fp32 or in bf16; a 1-D convolution fed time-major frames (as
+the flow is) comes out right, and where static int8 cannot apply the chain falls back with the
+reason."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from lab.config import PipelineConfig
 from lab.engine import load_lm
 from lab.frontend import sentence_set
 from lab.metrics.timers import StageTimer
-from lab.models.piper_backend import PIPER_PLAN, PiperBackend
+from lab.models.piper_backend import PIPER_PLAN, STATIC_PARTS, PiperBackend
 from lab.models.piper_voice import load_voice
 from lab.models.token_backend import LM_PLAN
 from lab.quality import fidelity
 from lab.quant.plan import StaticParts, apply_knobs
+from lab.quant.precision import DTYPES, unsupported_reason
 from lab.quant.pt2e import agreement_db, quantize_static_int8
 
 CPU = torch.device("cpu")
@@ -26,19 +28,24 @@ CPU = torch.device("cpu")
 
 def _vocode(backend: PiperBackend, latents: list) -> list:
     with torch.inference_mode():
-        return [backend.model.vocode(lat.z, lat.mask)[0].numpy() for lat in latents]
+        return [backend.model.vocode(lat.z, lat.mask)[0].float().numpy() for lat in latents]
 
 
-def test_the_int8_vocoder_sounds_like_fp32_and_runs_int8_kernels():
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_int8_vocoder_sounds_like_fp32_and_runs_int8_kernels(dtype):
     backend = PiperBackend.load(PipelineConfig(device="cpu", stream=False), CPU)
     latents = [backend.latents(backend.prepare(text)[0], [0], StageTimer(CPU))
                for text in sentence_set("short")[:3]]
     reference = _vocode(backend, latents)
     static = StaticParts({"dec": "forward"}, backend._calibrate, backend._float_tail())
-    report = apply_knobs(backend.model, replace(PIPER_PLAN, static=static), dtype="fp32",
+    report = apply_knobs(backend.model, replace(PIPER_PLAN, static=static), dtype=dtype,
                          quant="int8-static", compile_mode="none", device=CPU)
-    assert report.quant == "int8-static", report.notes
-    done = backend.model.dec.forward.report
+    assert (report.quant, report.dtype) == ("int8-static", dtype), report.notes
+    vocoder = backend.model.dec.forward
+    assert vocoder.dtype == backend.model.dtype == DTYPES[dtype]
+    assert ("float work between its int8 layers in bf16" in " ".join(report.notes)) == (
+        dtype == "bf16")
+    done = vocoder.report
     # Every layer marked for int8 became a oneDNN int8 kernel; none of them is the float tail.
     assert done.int8_kernels == len(done.quantized) >= 10
     assert report.quantized == [f"dec.{layer}" for layer in done.quantized]
@@ -53,7 +60,7 @@ def test_the_int8_vocoder_sounds_like_fp32_and_runs_int8_kernels():
     lat, ref = latents[0], reference[0]
     n = int(lat.lengths[0])
     with torch.inference_mode():
-        whole = backend.model.vocode(lat.z[..., :n], lat.mask[..., :n])[0]
+        whole = backend.model.vocode(lat.z[..., :n], lat.mask[..., :n])[0].float()
     assert agreement_db(whole, torch.from_numpy(ref[: len(whole)])) > 12
 
 
@@ -68,13 +75,14 @@ def test_a_1d_convolution_is_quantized_and_reads_time_major_frames_right():
 
 
 def test_where_it_cannot_apply_int8_static_falls_back_and_says_why():
+    assert "in fp32 or bf16" in unsupported_reason("int8-static", CPU, torch.float16)
     voice = load_voice("default").model
-    static = StaticParts({"dec": "forward"}, calibrate=lambda: None)
-    bf16 = apply_knobs(voice, replace(PIPER_PLAN, static=static), dtype="bf16",
-                       quant="int8-static", compile_mode="none", device=CPU)
-    assert bf16.quant == "none"
-    assert any(n.startswith("int8-static unavailable: static int8 calibrates and runs around "
-                            "fp32 activations") for n in bf16.notes), bf16.notes
+    failing = StaticParts(STATIC_PARTS, calibrate=lambda: 1 / 0)
+    broken = apply_knobs(voice, replace(PIPER_PLAN, static=failing), dtype="bf16",
+                         quant="int8-static", compile_mode="none", device=CPU)
+    assert broken.quant == "none" and "ZeroDivisionError" in " ".join(broken.notes)
+    held = {next(voice.get_submodule(part).parameters()).dtype for part in STATIC_PARTS}
+    assert held == {torch.bfloat16}, "a failed calibration leaves its parts in the model's dtype"
     lm, _ = load_lm("dummy", shape="tiny-llama", dtype="fp32", device=CPU, seed=0)
     no_parts = apply_knobs(lm, LM_PLAN, dtype="fp32", quant="int8-static", compile_mode="none",
                            device=CPU)

@@ -63,7 +63,9 @@ class Synthesizer(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.dec.conv_pre.weight.dtype
+        """The dtype the voice runs in: its text encoder's, which stays in it while int8-static
+        holds the vocoder and the flow in fp32 to calibrate them."""
+        return self.enc_p.emb.weight.dtype
 
     def encode(self, ids: torch.Tensor, lengths: torch.Tensor):
         mask = sequence_mask(lengths, ids.shape[1]).unsqueeze(1).to(self.dtype)
