@@ -152,7 +152,8 @@ def streamed_bytes(lm) -> int:
     from lab.quant import weight_bytes
 
     embed = lm.embed.weight
-    tied = lm.lm_head.weight is embed
+    head = getattr(lm.lm_head, "full", lm.lm_head)  # a narrowed head keeps the full one
+    tied = head.weight is embed
     return weight_bytes(lm) - (0 if tied else embed.numel() * embed.element_size())
 
 

@@ -15,6 +15,14 @@ its timing:
   forward itself: the strongest way to run transformers, and the baseline here;
 - the lab: static cache + CUDA graph, and static cache + compiled block + CUDA graph.
 
+Then the lab as its engine serves the shape, each row on a freshly loaded model: in bf16 and
+in each of `--quants` (quantized first, as a pipeline does at load), with the output head
+narrowed to the tokens Orpheus' format can emit (end-of-speech and the 7 x 4096 audio codes, as
+the engine's runner does; `--no-narrow-head` keeps the whole head), compiled block + CUDA graph.
+Their greedy choice is over the narrowed span, which the format's constraint imposes anyway;
+transformers still computes every logit, so these rows say what the engine's whole step costs,
+not the same computation as the peers'. A row's bytes read count the head rows it reads.
+
 'x strongest peer' divides the faster transformers row by each row. The weight-streaming
 floor is the bytes a step must read over the measured copy bandwidth. Each row also states the
 bandwidth it achieved: the bytes a step reads (the weights, plus the K/V its attention reads:
@@ -38,6 +46,9 @@ from tqdm import tqdm
 from lab.bench.report import markdown_table, run_meta
 from lab.engine import generate, hf_generate, to_hf_model
 from lab.engine.graphs import default_key_buckets
+from lab.models.orpheus_format import AudioTokenConstraint, OrpheusError, OrpheusLayout
+from lab.quant import apply_precision
+from lab.quant.precision import tensor_bytes
 
 COLD = "transformers generate, dynamic cache (cold)"
 PEERS = {COLD: "dynamic", "transformers generate, dynamic cache (warmed)": "dynamic",
@@ -66,7 +77,7 @@ def kv_positions(row: str, args) -> float:
     steps and reads them all; the lab's captured step reads the smallest key bucket that
     holds the batch's furthest position."""
     filled = range(args.prompt_len + 1, args.prompt_len + args.steps + 1)
-    if row in LAB:
+    if row not in PEERS:
         buckets = default_key_buckets(args.max_len)
         return sum(min(b for b in buckets if b >= n) for n in filled) / len(filled)
     if PEERS[row] == "static":
@@ -74,13 +85,33 @@ def kv_positions(row: str, args) -> float:
     return sum(filled) / len(filled)
 
 
+def head_span(cfg) -> tuple[int, int] | None:
+    """The tokens Orpheus' format can emit, where this vocabulary holds its layout: the span the
+    engine narrows the output head to (`AudioTokenConstraint.vocab_range`)."""
+    try:
+        return AudioTokenConstraint(OrpheusLayout.fitting(cfg.vocab_size)).vocab_range
+    except OrpheusError:
+        return None
+
+
+def read_bytes(lm) -> int:
+    """Weight bytes a decode step reads: `streamed_bytes`, less the head rows a narrowed head
+    skips (the full head still owns, and counts, all of them)."""
+    if lm.head_range is None:
+        return streamed_bytes(lm)
+    start, stop = lm.head_range
+    skipped = tensor_bytes(lm.lm_head.full.weight) * (1 - (stop - start) / lm.cfg.vocab_size)
+    return streamed_bytes(lm) - int(skipped)
+
+
 def add_bandwidth(rows: list[dict], lm, args, bandwidth: float | None) -> None:
+    """Bytes read and bandwidth for the rows that have none yet, from `lm`'s weights."""
     cfg = lm.cfg
     per_position = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * lm.embed.weight.element_size()
     for r in rows:
-        if "ms_per_step" not in r:
+        if "ms_per_step" not in r or "gb_per_s" in r:
             continue
-        read = streamed_bytes(lm) + r["batch"] * kv_positions(r["row"], args) * per_position
+        read = read_bytes(lm) + r["batch"] * kv_positions(r["row"], args) * per_position
         r["mb_read_per_step"] = round(read / 1e6, 1)
         r["gb_per_s"] = round(read / r["ms_per_step"] / 1e6, 1)
         if bandwidth:
@@ -91,6 +122,71 @@ def lab_row(lm, prompt, steps: int, mode: str, max_len: int, repeats: int):
     dec = graphed(lm, prompt.shape[0], max_len, mode)
     generate(lm, prompt, steps, "static", decoder=dec)
     return repeated(lambda: generate(lm, prompt, steps, "static", decoder=dec), repeats)
+
+
+def served_row(lm, prompt, args, name: str) -> tuple[dict, torch.Tensor | None]:
+    """One row of the lab as its engine serves the shape (see the module docstring), and the
+    tokens of its median run; greedy over the narrowed span, if the head is narrowed."""
+    start = lm.head_range[0] if lm.head_range else 0
+    sample = lambda logits: logits.argmax(-1) + start  # noqa: E731
+    row = {"batch": prompt.shape[0], "row": name}
+    try:
+        dec = graphed(lm, prompt.shape[0], args.max_len, "default")
+        generate(lm, prompt, args.steps, "static", sample, decoder=dec)
+        res, spread = repeated(
+            lambda: generate(lm, prompt, args.steps, "static", sample, decoder=dec), args.repeats)
+    except Exception as err:  # one failed row must not lose the others
+        return {**row, "error": f"{type(err).__name__}: {str(err)[:200]}"}, None
+    finally:
+        _free()
+    return {**row, "ms_per_step": round(spread.median, 3), "min": round(spread.low, 3),
+            "max": round(spread.high, 3),
+            "tokens_per_s": round(prompt.shape[0] * 1e3 / spread.median, 1),
+            "fallbacks": "; ".join(dec.fallbacks)}, res.tokens
+
+
+def served_model(args, device, quant: str):
+    """A fresh model, quantized with `quant` (as a pipeline does at load), then its head
+    narrowed to the format's span unless `--no-narrow-head` (as the engine's runner does)."""
+    lm, cfg = load_model(args, device)
+    applied = quant if quant == "none" else apply_precision(lm, args.dtype, quant, device).applied
+    span = head_span(cfg) if args.narrow_head else None
+    if span:
+        lm.narrow_head(*span)
+    head = f", head narrowed to {span[1] - span[0]:,} tokens" if span else ""
+    precision = args.dtype if applied == "none" else applied
+    if applied != quant:
+        precision += f" (asked {quant})"
+    return lm, f"lab as served, {precision}, compiled block + CUDA graph{head}"
+
+
+def served_rows(args, device, bandwidth: float | None) -> list[dict]:
+    rows = []
+    for quant in ("none", *args.quants):
+        lm, name = served_model(args, device, quant)
+        for batch in args.batches:
+            row, _ = served_row(lm, prompt_for(batch, lm.cfg, args, device), args, name)
+            rows.append(row)
+            add_bandwidth(rows, lm, args, bandwidth)
+        del lm
+        _free()
+    return rows
+
+
+def prompt_for(batch: int, cfg, args, device) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(batch)
+    return torch.randint(0, cfg.vocab_size, (batch, args.prompt_len), generator=gen).to(device)
+
+
+def relate(rows: list[dict]) -> None:
+    """'x strongest peer' on every timed row: the faster transformers row at its batch size
+    over the row's step."""
+    for batch in {r["batch"] for r in rows}:
+        best = min((r["ms_per_step"] for r in rows if r["batch"] == batch and r["row"] in PEERS
+                    and "ms_per_step" in r), default=None)
+        for r in rows:
+            if r["batch"] == batch and "ms_per_step" in r and best:
+                r["x_strongest_peer"] = round(best / r["ms_per_step"], 2)
 
 
 def rows_for(lm, hf, prompt, args) -> list[dict]:
@@ -114,18 +210,14 @@ def rows_for(lm, hf, prompt, args) -> list[dict]:
                      "ms_per_step": round(spread.median, 3), "min": round(spread.low, 3),
                      "max": round(spread.high, 3),
                      "tokens_per_s": round(prompt.shape[0] * 1e3 / spread.median, 1)})
-    best = min((r["ms_per_step"] for r in rows if r["row"] in PEERS and "ms_per_step" in r),
-               default=None)
     reference = next(iter(tokens.values()), None)
     for r in rows:
-        if "ms_per_step" in r and best:
-            r["x_strongest_peer"] = round(best / r["ms_per_step"], 2)
         if r["row"] in tokens:
             r["same_tokens_as_first_row"] = bool(torch.equal(tokens[r["row"]], reference))
     return rows
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="orpheus-3b")
     ap.add_argument("--weights", type=Path, help="the lab's voice LM directory instead of --shape")
@@ -137,22 +229,35 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     ap.add_argument("--stem", default="peers")
-    args = ap.parse_args(argv)
-    device = torch.device("cuda")
+    ap.add_argument("--quants", nargs="*", default=["int8-weight", "int4-weight"],
+                    help="quant modes of the served rows, beside their bf16 row")
+    ap.add_argument("--narrow-head", action=argparse.BooleanOptionalAction, default=True,
+                    help="narrow the served rows' head to the format's tokens")
+    ap.add_argument("--device", default="cuda", help="cpu only for a smoke run")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    device = torch.device(args.device)
     lm, cfg = load_model(args, device)
     hf = to_hf_model(lm)
     bandwidth = copy_bandwidth(device)
     floor_ms = streamed_bytes(lm) / bandwidth * 1e3 if bandwidth else None
     rows = []
     for batch in tqdm(args.batches, desc="batches", file=sys.stdout):
-        gen = torch.Generator().manual_seed(batch)
-        prompt = torch.randint(0, cfg.vocab_size, (batch, args.prompt_len), generator=gen)
-        rows += rows_for(lm, hf, prompt.to(device), args)
+        rows += rows_for(lm, hf, prompt_for(batch, cfg, args, device), args)
         add_bandwidth(rows, lm, args, bandwidth)
         print(markdown_table(rows), flush=True)
+    del lm, hf
+    _free()
+    rows += served_rows(args, device, bandwidth)
+    relate(rows)
+    print(markdown_table(rows), flush=True)
     weights = "dummy (random): speed only" if args.weights is None else "the lab's trained voice"
     shape = args.shape if args.weights is None else "ar-voice"
-    report = {"meta": run_meta(device=torch.cuda.get_device_name(device)), "shape": shape,
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    report = {"meta": run_meta(device=name), "shape": shape,
               "dtype": args.dtype, "weights": weights, "floor_ms_batch1": floor_ms,
               "copy_bandwidth_gb_s": bandwidth and bandwidth / 1e9,
               "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
@@ -160,7 +265,7 @@ def main(argv=None) -> None:
     (args.out / f"{args.stem}.json").write_text(json.dumps(report, indent=2))
     head = ["batch", "row", "ms_per_step", "min", "max", "tokens_per_s", "x_strongest_peer",
             "mb_read_per_step", "gb_per_s", "pct_of_copy_bw", "same_tokens_as_first_row",
-            "error"]
+            "fallbacks", "error"]
     floor = (f"{floor_ms:.3g} ms at {bandwidth / 1e9:.0f} GB/s measured copy bandwidth"
              if floor_ms else "not measured")
     (args.out / f"{args.stem}.md").write_text(

@@ -1,0 +1,53 @@
+"""benchmarks/peers.py: the rows of the lab as its engine serves Orpheus (head narrowed to the
+format's tokens) choose what the whole head would choose within that span, and count only the
+head rows they read."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import benchmark_module
+
+from lab.engine import generate
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def peers():
+    with benchmark_module("peers") as module:
+        yield module
+
+
+def _args(peers, *extra: str):
+    return peers.parse_args(["--device", "cpu", "--shape", "tiny-llama", "--dtype", "fp32",
+                             "--batches", "2", "--steps", "12", "--repeats", "1",
+                             "--max-len", "64", *extra])
+
+
+def test_a_narrowed_head_chooses_what_the_whole_head_chooses_in_its_span(peers):
+    args = _args(peers)
+    full, cfg = peers.load_model(args, CPU)
+    start, stop = peers.head_span(cfg)
+    prompt = peers.prompt_for(2, cfg, args, CPU)
+    within = generate(full, prompt, args.steps, "static",
+                      lambda logits: logits[:, start:stop].argmax(-1) + start).tokens
+    served, name = peers.served_model(args, CPU, "none")
+    row, tokens = peers.served_row(served, prompt, args, name)
+    assert "error" not in row and f"narrowed to {stop - start:,} tokens" in row["row"]
+    assert torch.equal(tokens, within)
+    assert torch.equal(tokens[:, :args.prompt_len], prompt)
+    assert ((tokens[:, args.prompt_len:] >= start) & (tokens[:, args.prompt_len:] < stop)).all()
+
+
+def test_a_narrowed_head_counts_only_the_rows_it_reads(peers):
+    args = _args(peers)
+    full, cfg = peers.load_model(args, CPU)
+    served, _ = peers.served_model(args, CPU, "none")
+    whole, kept = cfg.vocab_size, served.head_range[1] - served.head_range[0]
+    head_bytes = full.lm_head.weight.numel() * full.lm_head.weight.element_size()
+    assert peers.read_bytes(full) - peers.read_bytes(served) == pytest.approx(
+        head_bytes * (whole - kept) / whole, abs=1)
+    kept_whole, name = peers.served_model(_args(peers, "--no-narrow-head"), CPU, "none")
+    assert kept_whole.head_range is None and "narrowed" not in name
+    assert peers.read_bytes(kept_whole) == peers.read_bytes(full)
