@@ -66,9 +66,9 @@ READING = ("How to read it: 'same_tokens_as_first_row' compares greedy tokens wi
 
 def peer_row(hf, prompt, steps: int, cache: str, repeats: int, warm: bool):
     if not warm:
-        return repeated(lambda: hf_generate(hf, prompt, steps, cache), 1)
+        return (*repeated(lambda: hf_generate(hf, prompt, steps, cache), 1), [])
     hf_generate(hf, prompt, steps, cache)
-    return repeated(lambda: hf_generate(hf, prompt, steps, cache), repeats)
+    return (*repeated(lambda: hf_generate(hf, prompt, steps, cache), repeats), [])
 
 
 def kv_positions(row: str, args) -> float:
@@ -118,31 +118,38 @@ def add_bandwidth(rows: list[dict], lm, args, bandwidth: float | None) -> None:
             r["pct_of_copy_bw"] = round(100 * read / r["ms_per_step"] * 1e3 / bandwidth, 1)
 
 
-def lab_row(lm, prompt, steps: int, mode: str, max_len: int, repeats: int):
+def lab_row(lm, prompt, steps: int, mode: str, max_len: int, repeats: int, sample=None):
     dec = graphed(lm, prompt.shape[0], max_len, mode)
-    generate(lm, prompt, steps, "static", decoder=dec)
-    return repeated(lambda: generate(lm, prompt, steps, "static", decoder=dec), repeats)
+    generate(lm, prompt, steps, "static", sample, decoder=dec)
+    return (*repeated(lambda: generate(lm, prompt, steps, "static", sample, decoder=dec),
+                      repeats), dec.fallbacks)
+
+
+def timed(batch: int, name: str, job) -> tuple[dict, object | None]:
+    """One row from its job, (median run, spread of runs, fallbacks), and that median run; or
+    the error that stopped it, so that the other rows go on."""
+    row = {"batch": batch, "row": name}
+    try:
+        res, spread, fallbacks = job()
+    except Exception as err:
+        return {**row, "error": f"{type(err).__name__}: {str(err)[:200]}"}, None
+    finally:
+        _free()
+    row.update(ms_per_step=round(spread.median, 3), min=round(spread.low, 3),
+               max=round(spread.high, 3), tokens_per_s=round(batch * 1e3 / spread.median, 1))
+    if fallbacks:
+        row["fallbacks"] = "; ".join(fallbacks)
+    return row, res
 
 
 def served_row(lm, prompt, args, name: str) -> tuple[dict, torch.Tensor | None]:
     """One row of the lab as its engine serves the shape (see the module docstring), and the
     tokens of its median run; greedy over the narrowed span, if the head is narrowed."""
     start = lm.head_range[0] if lm.head_range else 0
-    sample = lambda logits: logits.argmax(-1) + start  # noqa: E731
-    row = {"batch": prompt.shape[0], "row": name}
-    try:
-        dec = graphed(lm, prompt.shape[0], args.max_len, "default")
-        generate(lm, prompt, args.steps, "static", sample, decoder=dec)
-        res, spread = repeated(
-            lambda: generate(lm, prompt, args.steps, "static", sample, decoder=dec), args.repeats)
-    except Exception as err:  # one failed row must not lose the others
-        return {**row, "error": f"{type(err).__name__}: {str(err)[:200]}"}, None
-    finally:
-        _free()
-    return {**row, "ms_per_step": round(spread.median, 3), "min": round(spread.low, 3),
-            "max": round(spread.high, 3),
-            "tokens_per_s": round(prompt.shape[0] * 1e3 / spread.median, 1),
-            "fallbacks": "; ".join(dec.fallbacks)}, res.tokens
+    row, res = timed(prompt.shape[0], name, lambda: lab_row(
+        lm, prompt, args.steps, "default", args.max_len, args.repeats,
+        lambda logits: logits.argmax(-1) + start))
+    return row, None if res is None else res.tokens
 
 
 def served_model(args, device, quant: str):
@@ -197,19 +204,10 @@ def rows_for(lm, hf, prompt, args) -> list[dict]:
     jobs += [(name, lambda m=m: lab_row(lm, prompt, args.steps, m, args.max_len, args.repeats))
              for name, m in LAB.items()]
     for name, job in jobs:
-        try:
-            res, spread = job()
-        except Exception as err:  # one failed row must not lose the others
-            rows.append({"batch": prompt.shape[0], "row": name,
-                         "error": f"{type(err).__name__}: {str(err)[:200]}"})
-            continue
-        finally:
-            _free()
-        tokens[name] = res.tokens
-        rows.append({"batch": prompt.shape[0], "row": name,
-                     "ms_per_step": round(spread.median, 3), "min": round(spread.low, 3),
-                     "max": round(spread.high, 3),
-                     "tokens_per_s": round(prompt.shape[0] * 1e3 / spread.median, 1)})
+        row, res = timed(prompt.shape[0], name, job)
+        rows.append(row)
+        if res is not None:
+            tokens[name] = res.tokens
     reference = next(iter(tokens.values()), None)
     for r in rows:
         if r["row"] in tokens:
