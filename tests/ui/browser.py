@@ -36,10 +36,16 @@ def free_port() -> int:
 
 
 class App:
-    """`python app.py` on a free port with LAB_DATA_DIR pointing at `data_dir`."""
+    """`python app.py` on a free port with LAB_DATA_DIR pointing at `data_dir`.
+
+    Every app started is listed in `App.started`, so that a failing test's report can show
+    what the app logged (conftest.py)."""
+
+    started: list[App] = []
 
     def __init__(self, data_dir: Path, log: Path) -> None:
         self.data_dir, self.log = data_dir, log
+        App.started.append(self)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = {**os.environ, "LAB_DATA_DIR": str(data_dir), "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -63,6 +69,9 @@ class App:
                 time.sleep(0.5)
         self.kill()
         raise RuntimeError(f"app did not answer in {START_TIMEOUT_S} s:\n{self.log.read_text()}")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks, the way a crash or an OOM kill ends a process."""

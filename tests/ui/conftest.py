@@ -12,6 +12,8 @@ from playwright.sync_api import sync_playwright
 
 from lab.ui.blocks import LabContext, build_app
 
+APPS_BEFORE = pytest.StashKey[int]()  # how many apps had started before a test's set-up
+
 
 class BuiltApp:
     """A built (never launched) app, with its components looked up by elem_id."""
@@ -43,6 +45,27 @@ def built_app(tmp_path_factory) -> BuiltApp:
     app = BuiltApp(LabContext(tmp_path_factory.mktemp("lab-data")))
     yield app
     app.ctx.telemetry.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report ends with the log of every app it could have talked to: those
+    still running, and those it started itself (a browser test fails on what the page shows;
+    the reason is often in the server's log)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    since = item.stash.get(APPS_BEFORE, len(App.started))
+    for n, app in enumerate(App.started):
+        if n >= since or app.proc.poll() is None:
+            report.sections.append((f"app log ({app.url}, last 4000 characters)",
+                                    app.log_tail()))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[APPS_BEFORE] = len(App.started)
 
 
 @pytest.fixture(scope="module")
