@@ -148,13 +148,17 @@ def copy_bandwidth(device) -> float | None:
 
 
 def streamed_bytes(lm) -> int:
-    """Weight bytes a decode step must read: all but the embedding table, which is gathered."""
-    from lab.quant import weight_bytes
+    """Weight bytes a decode step must read: all but the embedding table, which is gathered,
+    and the head rows a narrowed head skips (the full head still owns, and counts, them all)."""
+    from lab.quant import tensor_bytes, weight_bytes
 
     embed = lm.embed.weight
-    head = getattr(lm.lm_head, "full", lm.lm_head)  # a narrowed head keeps the full one
-    tied = head.weight is embed
-    return weight_bytes(lm) - (0 if tied else embed.numel() * embed.element_size())
+    head = getattr(lm.lm_head, "full", lm.lm_head)
+    read = weight_bytes(lm) - (0 if head.weight is embed else tensor_bytes(embed))
+    if lm.head_range is None:
+        return read
+    start, stop = lm.head_range
+    return read - int(tensor_bytes(head.weight) * (1 - (stop - start) / lm.cfg.vocab_size))
 
 
 def graphed(lm, batch, max_len, mode="cuda-graph"):

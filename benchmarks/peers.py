@@ -48,7 +48,6 @@ from lab.engine import generate, hf_generate, to_hf_model
 from lab.engine.graphs import default_key_buckets
 from lab.models.orpheus_format import AudioTokenConstraint, OrpheusError, OrpheusLayout
 from lab.quant import apply_precision
-from lab.quant.precision import tensor_bytes
 
 COLD = "transformers generate, dynamic cache (cold)"
 PEERS = {COLD: "dynamic", "transformers generate, dynamic cache (warmed)": "dynamic",
@@ -94,16 +93,6 @@ def head_span(cfg) -> tuple[int, int] | None:
         return None
 
 
-def read_bytes(lm) -> int:
-    """Weight bytes a decode step reads: `streamed_bytes`, less the head rows a narrowed head
-    skips (the full head still owns, and counts, all of them)."""
-    if lm.head_range is None:
-        return streamed_bytes(lm)
-    start, stop = lm.head_range
-    skipped = tensor_bytes(lm.lm_head.full.weight) * (1 - (stop - start) / lm.cfg.vocab_size)
-    return streamed_bytes(lm) - int(skipped)
-
-
 def add_bandwidth(rows: list[dict], lm, args, bandwidth: float | None) -> None:
     """Bytes read and bandwidth for the rows that have none yet, from `lm`'s weights."""
     cfg = lm.cfg
@@ -111,7 +100,7 @@ def add_bandwidth(rows: list[dict], lm, args, bandwidth: float | None) -> None:
     for r in rows:
         if "ms_per_step" not in r or "gb_per_s" in r:
             continue
-        read = read_bytes(lm) + r["batch"] * kv_positions(r["row"], args) * per_position
+        read = streamed_bytes(lm) + r["batch"] * kv_positions(r["row"], args) * per_position
         r["mb_read_per_step"] = round(read / 1e6, 1)
         r["gb_per_s"] = round(read / r["ms_per_step"] / 1e6, 1)
         if bandwidth:

@@ -313,7 +313,8 @@ def quantize_static_int8(
     `module` is in fp32, and so are `calibration_inputs`: positional arguments the method
     receives on real input, batched along dim 0; a None argument (an optional mask) gives its
     own program. `keep_float` maps layer paths inside `module` to the reason they stay float;
-    float work runs in `float_dtype` (fp32 or bf16), which the programs also take and return.
+    float work runs in `float_dtype` (fp32 or bf16), which the returned callable also takes
+    and returns.
     Raises ValueError when nothing can be quantized or the int8 output strays from float.
     """
     if not calibration_inputs:
