@@ -17,6 +17,7 @@ from torch import nn
 
 from lab.engine.cache import StaticLayer, read_static, write_kv, write_static
 from lab.engine.decode_attention import decode_attention
+from lab.quant import int8_rows
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,7 @@ class NarrowedHead(nn.Module):
         self.rows = full.weight[start:stop]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.rows)
+        return int8_rows.linear(x, self.rows)
 
 
 @torch.no_grad()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from lab.quant import ao
+from lab.quant import ao, int8_rows
 
 if TYPE_CHECKING:
     from lab.quant.plan import StaticParts
@@ -150,6 +150,8 @@ def _quantize_linears(mode: QuantMode, target: Target, done: Quantized) -> str |
                       if is_quantized(target.model.get_submodule(fqn).weight)]
     if not done.quantized:
         return "torchao left every linear layer in float"
+    if mode.after is not None:
+        mode.after(target.model, done.quantized)
     done.skipped = [f"{fqn} [{m.out_features}x{m.in_features}] kept unquantized"
                     for fqn, m in target.linears.items() if fqn not in fitting]
     return None
@@ -172,7 +174,8 @@ class QuantMode:
     """One quant choice: how to build its torchao config (from `torchao.quantization`; None
     leaves weights in the float dtype), why it cannot run on a device and dtype (None if it
     can), which linears its kernel takes (the others stay float), how it quantizes a `Target`
-    (or why it cannot), and what to try instead."""
+    (or why it cannot), what it does to the quantized linears after torchao (given the model
+    and their names), and what to try instead."""
 
     name: str
     config: Callable[[ModuleType], object] | None = None
@@ -180,6 +183,7 @@ class QuantMode:
     unavailable: Callable[[torch.device, torch.dtype], str | None] = _torchao_reason
     fits: Callable[[nn.Linear], bool] = _any_shape
     apply: Callable[[QuantMode, Target, Quantized], str | None] = _quantize_linears
+    after: Callable[[nn.Module, list[str]], None] | None = None
 
 
 QUANT_MODES: dict[str, QuantMode] = {}
@@ -197,7 +201,9 @@ def register(mode: QuantMode) -> QuantMode:
 
 
 register(QuantMode("none", unavailable=_runs_anywhere))
-register(QuantMode("int8-weight", lambda q: q.Int8WeightOnlyConfig(), fallback="none"))
+# Two rows or more run through the lab's own kernel (see lab.quant.int8_rows).
+register(QuantMode("int8-weight", lambda q: q.Int8WeightOnlyConfig(), fallback="none",
+                   after=int8_rows.route))
 # int8-dynamic compiles to torch._int_mm, which needs both matrix sides in multiples of 8:
 # Orpheus's 156,940-row output head failed compilation on an H100 and fell back to eager.
 register(QuantMode("int8-dynamic", lambda q: q.Int8DynamicActivationInt8WeightConfig(),

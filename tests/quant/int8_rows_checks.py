@@ -1,0 +1,78 @@
+"""Checks of the int8 rows kernel, run by `test_int8_rows.py` through `tests/kernels.py` (on a
+GPU, or on a CPU under Triton's interpreter, where the op runs the kernel on CPU tensors)."""
+
+from __future__ import annotations
+
+import torch
+
+from lab.quant import int8_rows
+
+
+def _operands(rows: int, n: int, k: int, device: str, dtype=torch.bfloat16):
+    gen = torch.Generator().manual_seed(rows * 7 + n)
+    x = torch.randn(rows, k, generator=gen).to(device, dtype)
+    qdata = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8).to(device)
+    scale = (torch.rand(n, 1, generator=gen) / 100 + 1e-3).to(device)
+    return x, qdata, scale
+
+
+def kernel_matches_reference(device: str) -> None:
+    """Row counts below, at and past a row tile, widths past a column tile, and depths that do
+    not divide the kernel's depth tile; bf16 and fp16 activations."""
+    for rows, n, k, dtype in ((2, 40, 64, torch.bfloat16), (17, 100, 200, torch.bfloat16),
+                              (64, 96, 256, torch.float16), (70, 33, 130, torch.bfloat16)):
+        x, qdata, scale = _operands(rows, n, k, device, dtype)
+        got = int8_rows.int8_rows_mm(x, qdata, scale)
+        want = int8_rows.int8_rows_reference(x, qdata, scale)
+        assert got.dtype == dtype and got.shape == (rows, n)
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def a_row_slice_of_the_weight_reads_its_own_rows(device: str) -> None:
+    """A narrowed head hands the kernel a view of rows [start, stop) of a larger weight."""
+    x, qdata, scale = _operands(8, 120, 96, device)
+    got = int8_rows.int8_rows_mm(x, qdata[30:90], scale[30:90])
+    want = int8_rows.int8_rows_reference(x, qdata, scale)[:, 30:90]
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def kernel_matches_reference_everywhere(device: str) -> None:
+    kernel_matches_reference(device)
+    a_row_slice_of_the_weight_reads_its_own_rows(device)
+
+
+class _Calls(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts calls of the kernel's op under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.lab.int8_rows_mm.default:
+            self.rows.append(args[0].shape[0])
+        return func(*args, **(kwargs or {}))
+
+
+def an_int8_lm_runs_its_rows_through_the_kernel(device: str) -> None:
+    """Quantized with int8-weight, a bf16 LM sends every linear of a batched step, the narrowed
+    head's included, through the kernel, and its logits stay those of torchao's own path."""
+    from lab.engine import load_lm
+    from lab.quant import apply_precision
+
+    lm, cfg = load_lm("dummy", shape="tiny-llama", seed=3)
+    apply_precision(lm, "bf16", "int8-weight", device)
+    lm.narrow_head(10, 200)
+    tokens = torch.randint(0, cfg.vocab_size, (3, 5), generator=torch.Generator().manual_seed(1))
+    tokens, positions = tokens.to(device), torch.arange(5, device=device).expand(3, 5)
+    with torch.no_grad(), _Calls() as calls:
+        got = lm(tokens, positions)
+    assert len(calls.rows) == 4 * cfg.n_layers + 1 and set(calls.rows) == {15}, calls.rows
+    for layer in lm.modules():
+        if isinstance(layer, int8_rows.Int8RowsLinear):
+            layer.__class__ = torch.nn.Linear
+    lm.lm_head.forward = lambda x, head=lm.lm_head: torch.nn.functional.linear(x, head.rows)
+    with torch.no_grad():
+        want = lm(tokens, positions)
+    rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert rel < 2e-2, rel
