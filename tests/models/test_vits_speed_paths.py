@@ -1,8 +1,9 @@
 """The VITS port's fast paths give the numbers of the plain ones they replace.
 
 The vocoder runs channels-last 2-D convolutions with in-place sums and skips its mask where no
-item is padded; the text encoder builds its attention layout once. Small random models: the
-parity test holds the real voice against onnxruntime.
+item is padded; the text encoder builds its attention layout once; the duration predictor runs
+its kernel-1 and depthwise convolutions as matrix products and shifted sums. Small random
+models: the parity test holds the real voice against onnxruntime.
 """
 
 import pytest
@@ -12,7 +13,7 @@ from torch.nn import functional as F
 from lab.models.vits.attention import AttentionLayout
 from lab.models.vits.frames import FrameConv, FrameUpsample, from_frames, to_frames
 from lab.models.vits.generator import Generator, MaskTails, Tails
-from lab.models.vits.layers import sequence_mask
+from lab.models.vits.layers import depthwise, pointwise, sequence_mask
 from lab.models.vits.text_encoder import TextEncoder
 
 
@@ -104,3 +105,25 @@ def test_the_encoder_reads_a_padded_item_as_if_alone():
         _, mean, _ = encoder(ids, mask)
         _, alone, _ = encoder(ids[1:, :4], torch.ones(1, 1, 4))
     assert torch.allclose(mean[1, :, :4], alone[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_kernel_1_convolution_as_a_matrix_product_equals_the_convolution(bias, dtype):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(12, 7, 1, bias=bias).to(dtype)
+    for batch, length in ((1, 9), (3, 40)):
+        x = torch.randn(batch, 12, length, dtype=dtype)
+        tol = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+        torch.testing.assert_close(pointwise(conv, x), conv(x), **tol)
+
+
+@pytest.mark.parametrize(("kernel", "dilation"), [(3, 1), (3, 3), (3, 9), (5, 2)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_depthwise_convolution_as_shifted_sums_equals_the_convolution(kernel, dilation, bias):
+    torch.manual_seed(0)
+    pad = (kernel * dilation - dilation) // 2
+    conv = torch.nn.Conv1d(6, 6, kernel, groups=6, dilation=dilation, padding=pad, bias=bias)
+    for batch, length in ((1, 5), (2, 37)):
+        x = torch.randn(batch, 6, length)
+        torch.testing.assert_close(depthwise(conv, x), conv(x))

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lab.models.vits.layers import ChannelNorm
+from lab.models.vits.layers import ChannelNorm, depthwise, pointwise
 from lab.models.vits.spline import inverse_spline
 
 
@@ -38,9 +38,9 @@ class DilatedDepthSeparableConv(nn.Module):
         if cond is not None:
             x = x + cond
         layers = zip(self.convs_sep, self.norms_1, self.convs_1x1, self.norms_2, strict=True)
-        for sep, norm_1, pointwise, norm_2 in layers:
-            y = F.gelu(norm_1(sep(x * mask)))
-            y = F.gelu(norm_2(pointwise(y)))
+        for sep, norm_1, one_by_one, norm_2 in layers:
+            y = F.gelu(norm_1(depthwise(sep, x * mask)))
+            y = F.gelu(norm_2(pointwise(one_by_one, y)))
             x = x + y
         return x * mask
 
@@ -66,8 +66,8 @@ class ConvFlow(nn.Module):
 
     def inverse(self, z: torch.Tensor, mask: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         z0, z1 = z[:, :1], z[:, 1:]
-        h = self.convs(self.pre(z0), mask, cond)
-        h = (self.proj(h) * mask).unsqueeze(1).transpose(2, 3)
+        h = self.convs(pointwise(self.pre, z0), mask, cond)
+        h = (pointwise(self.proj, h) * mask).unsqueeze(1).transpose(2, 3)
         scale = math.sqrt(self.channels)
         widths = h[..., : self.n_bins] / scale
         heights = h[..., self.n_bins : 2 * self.n_bins] / scale
@@ -105,7 +105,7 @@ class DurationPredictor(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """x [B, C, T] encoder hidden; noise [B, 2, T] already scaled. Returns log-durations."""
-        cond = self.proj(self.convs(self.pre(x), mask)) * mask
+        cond = pointwise(self.proj, self.convs(pointwise(self.pre, x), mask)) * mask
         z = noise
         conv_keys = sorted((k for k in self.flows if k != "0"), key=int, reverse=True)
         for key in [*conv_keys, "0"]:
