@@ -1,11 +1,12 @@
 """Int8 weight-only matmul for more than one row, as one Triton kernel on a CUDA device.
 
 torchao's int8 weight-only linear computes `x @ w.to(x.dtype).T * scale`. Compiled, Inductor
-turns one row of it into a fused matrix-vector kernel that beats bf16 (on an H100, 0.18 ms
-against 0.39 for the 403 MB of int8 weights of four Llama-3B blocks). For two rows or more it
-calls `aten._weight_int8pack_mm`, whose CUDA kernel took 58.7 ms on the same weights at 64
-rows, where bf16 takes 0.41 ms: a batched decode step of the Orpheus shape went from 4 ms to
-476 ms, so int8 served one stream well and a batch not at all.
+turns one row of it into a fused matrix-vector kernel that beats bf16: on an H100, four
+Llama-3B blocks' linears took 0.18 ms in int8 (403 MB) against 0.39 in bf16 (805 MB). For two
+rows or more it calls `aten._weight_int8pack_mm`, whose CUDA kernel took 58.7 ms on the same
+weights at 64 rows, where bf16 takes 0.41 ms: a batched decode step of the Orpheus shape went
+from 4 ms to 476 ms, so int8 served one stream well and a batch not at all. (One-off probes;
+`benchmarks/linear_kernels.py` is the committed measurement.)
 
 Here every tile of int8 weights is read once per tile of rows, widened to the activation's
 dtype in registers and fed to the tensor cores, and the per-row scale is applied to the
