@@ -1,4 +1,5 @@
-"""The LM's linear layers through each weight kernel, one row count at a time, beside bf16.
+"""The LM's linear layers through each weight kernel, one row count at a time, unquantized
+beside quantized.
 
     python benchmarks/linear_kernels.py                          # H100: 4 Orpheus-3B blocks
     python benchmarks/linear_kernels.py --tiles --rows 2 16 64   # the int8 kernel's tiles
@@ -44,7 +45,7 @@ from lab.quant.precision import DTYPES, quantize_model
 
 KERNELS = ("none", "int8-weight", "int4-weight")
 TILE_GRID = {"block_n": (16, 32, 64), "block_k": (128, 256), "warps": (4, 8), "stages": (3, 4)}
-COLUMNS = ["kernel", "applied", "tiles", "rows", "ms", "x_bf16", "mb_read", "gb_per_s",
+COLUMNS = ["kernel", "applied", "tiles", "rows", "ms", "x_float", "mb_read", "gb_per_s",
            "pct_of_copy_bw", "rel_err", "error"]
 
 
@@ -171,11 +172,11 @@ def jobs(args) -> list[tuple[str, tuple[int, ...] | None, int]]:
 
 
 def relate(rows: list[dict]) -> None:
-    """'x bf16': the plain row's ms at the same row count over this row's."""
+    """'x float': the unquantized row's ms (in --dtype) at the same row count over this row's."""
     plain = {r["rows"]: r["ms"] for r in rows if r["kernel"] == "none" and "ms" in r}
     for r in rows:
         if "ms" in r and r["rows"] in plain:
-            r["x_bf16"] = round(plain[r["rows"]] / r["ms"], 2)
+            r["x_float"] = round(plain[r["rows"]] / r["ms"], 2)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -224,8 +225,8 @@ def render(report: dict) -> str:
             f"Device: {report['meta']['device']}. Weights: {report['weights']}. "
             f"Command: `{report['meta']['command']}`.\n\n"
             "'tiles' (int8 rows kernel, two rows or more): block_n/block_k/warps/stages, or the "
-            "code's own choice. 'x_bf16': the plain row's ms at the same row count over this "
-            "row's. 'rel_err': against the float32 product of the same float weights.\n\n"
+            "code's own choice. 'x_float': the unquantized row's ms at the same row count over "
+            "this row's. 'rel_err': against the float32 product of the same float weights.\n\n"
             + markdown_table(rows, [c for c in COLUMNS if any(c in r for r in rows)]))
 
 
