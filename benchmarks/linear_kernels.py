@@ -29,7 +29,6 @@ import copy
 import itertools
 import statistics
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from tqdm import tqdm
 
 from lab.bench.report import markdown_table, run_meta, write_json
 from lab.engine.llm import LM_SHAPES
+from lab.metrics.repeats import timed_repeats
 from lab.quant import int8_rows, tensor_bytes
 from lab.quant.precision import DTYPES, quantize_model
 
@@ -95,20 +95,21 @@ def captured(fn, device):
 
 
 def median_ms(fn, device, repeats: int) -> tuple[float, list[torch.Tensor]]:
+    """Median ms of `repeats` calls after one untimed, and the last call's outputs: between
+    CUDA events on a GPU (a replay is too short for a host clock), else the lab's wall-clock
+    repeats."""
+    if device.type != "cuda":
+        spread, outs = timed_repeats(fn, repeats)
+        return spread.median, outs[-1]
     out = fn()
     times = []
     for _ in range(repeats):
-        if device.type == "cuda":
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        else:
-            begin = time.perf_counter()
-            out = fn()
-            times.append((time.perf_counter() - begin) * 1e3)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
     return statistics.median(times), out
 
 
