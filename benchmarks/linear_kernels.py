@@ -2,23 +2,25 @@
 beside quantized.
 
     python benchmarks/linear_kernels.py                          # H100: 4 Orpheus-3B blocks
-    python benchmarks/linear_kernels.py --tiles --rows 2 16 64   # the int8 kernel's tiles
+    python benchmarks/linear_kernels.py --tiles int4-weight --rows 1 16 64   # its tiles
     python benchmarks/linear_kernels.py --device cpu --shape tiny-llama --layers 1 --rows 1 4
 
 A decode step at batch B multiplies B rows by every weight of the model, so what a kernel does
 at each row count decides both the step at batch 1 and whether a batch collapses. Here
 `--layers` blocks' worth of one shape's linears (qkv, o, gate_up and down; no attention, so
 only the weight kernels are timed) are built once in float, then for each kernel quantized as
-the lab quantizes a model (`lab.quant.quantize_model`: int8-weight takes torchao's path at one
-row and the lab's Triton kernel from two rows, `lab.quant.int8_rows`; int4-weight is torchao's
-tinygemm, group 128). The forward over all of them is compiled (Inductor's default mode; a CPU
-smoke stays eager), captured as one CUDA graph and timed over its replays (median of
-`--repeats`). Rows state ms, the weight bytes read, GB/s and its share of the measured copy
-bandwidth, and the error against the float32 product of the same float weights.
+the lab quantizes a model (`lab.quant.quantize_model`). int8-weight takes torchao's path at
+one row and the lab's Triton kernel from two rows (`lab.quant.int8_rows`); int4-weight, group
+128, takes torchao's tinygemm below `int4_rows.MIN_ROWS` rows and the lab's kernel on a plain
+copy of the same values from there (`lab.quant.int4_rows`). The forward over all of them is
+compiled (Inductor's default mode; a CPU smoke stays eager), captured as one CUDA graph and
+timed over its replays (median of `--repeats`). Rows state ms, the weight bytes read, GB/s and
+its share of the measured copy bandwidth, and the error against the float32 product of the
+same float weights.
 
-`--tiles` adds, for int8-weight at each row count of two or more, every tile configuration of
-the lab's kernel from a small grid, the same way. Dummy weights: speed, and the kernels' own
-error. Writes <stem>.json and <stem>.md.
+`--tiles KERNEL...` adds, for each named kernel at each row count it takes, every tile
+configuration of the lab's kernel from a small grid, the same way (int4's at one row too).
+Dummy weights: speed, and the kernels' own error. Writes <stem>.json and <stem>.md.
 """
 
 from __future__ import annotations
@@ -40,11 +42,19 @@ from tqdm import tqdm
 from lab.bench.report import markdown_table, run_meta, write_json
 from lab.engine.llm import LM_SHAPES
 from lab.metrics.repeats import timed_repeats
-from lab.quant import int8_rows, tensor_bytes
+from lab.quant import int4_rows, int8_rows, tensor_bytes
 from lab.quant.precision import DTYPES, quantize_model
 
 KERNELS = ("none", "int8-weight", "int4-weight")
-TILE_GRID = {"block_n": (16, 32, 64), "block_k": (128, 256), "warps": (4, 8), "stages": (3, 4)}
+# Each lab kernel's module and the grid its `--tiles` sweep tries (everything but the row
+# tile, which follows the rows); int4's sweep also forces one row through the kernel, where
+# the code sends it to tinygemm, to see which is faster there.
+TILE_SWEEPS = {
+    "int8-weight": (int8_rows, {"block_n": (16, 32, 64), "block_k": (128, 256),
+                                "warps": (4, 8), "stages": (3, 4)}),
+    "int4-weight": (int4_rows, {"block_n": (16, 32, 64), "warps": (4, 8),
+                                "stages": (2, 3, 4)}),
+}
 COLUMNS = ["kernel", "applied", "tiles", "rows", "ms", "x_float", "mb_read", "gb_per_s",
            "pct_of_copy_bw", "rel_err", "error"]
 
@@ -114,16 +124,21 @@ def median_ms(fn, device, repeats: int) -> tuple[float, list[torch.Tensor]]:
 
 
 @contextlib.contextmanager
-def tiles_fixed(config: tuple[int, ...] | None):
-    """The int8 kernel with one tile configuration (block_n, block_k, warps, stages), its row
-    tile still following the rows; None leaves the code's own choice."""
-    chosen = int8_rows.tiles
-    if config is not None:
-        int8_rows.tiles = lambda rows, n: (chosen(rows, n)[0], *config)
+def tiles_fixed(kernel: str, config: tuple[int, ...] | None):
+    """`kernel`'s lab kernel with one tile configuration (its `TILE_SWEEPS` grid's order), its
+    row tile still following the rows, and taking every row count; None leaves the code's
+    own choice."""
+    if config is None:
+        yield
+        return
+    module = TILE_SWEEPS[kernel][0]
+    chosen, least = module.tiles, module.MIN_ROWS
+    module.tiles = lambda rows, n: (chosen(rows, n)[0], *config)
+    module.MIN_ROWS = 1
     try:
         yield
     finally:
-        int8_rows.tiles = chosen
+        module.tiles, module.MIN_ROWS = chosen, least
 
 
 def quantized(base: nn.ModuleList, kernel: str, args, device) -> tuple[nn.ModuleList, str]:
@@ -166,9 +181,11 @@ def guarded(job, **row) -> dict:
 def jobs(args) -> list[tuple[str, tuple[int, ...] | None, int]]:
     """(kernel, fixed tiles or None, rows) for every row to time."""
     todo = [(k, None, r) for k in args.kernels for r in args.rows]
-    if args.tiles:
-        grid = list(itertools.product(*TILE_GRID.values()))
-        todo += [("int8-weight", t, r) for r in args.rows if r >= int8_rows.MIN_ROWS for t in grid]
+    for kernel in args.tiles:
+        module, grid = TILE_SWEEPS[kernel]
+        least = 1 if kernel == "int4-weight" else module.MIN_ROWS
+        todo += [(kernel, t, r) for r in args.rows if r >= least
+                 for t in itertools.product(*grid.values())]
     return todo
 
 
@@ -187,7 +204,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 16, 64, 256])
     ap.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
-    ap.add_argument("--tiles", action="store_true", help="sweep the int8 kernel's tiles too")
+    ap.add_argument("--tiles", nargs="*", default=[], choices=sorted(TILE_SWEEPS),
+                    help="sweep these lab kernels' tiles too")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--device", default="cuda", help="cpu only for a smoke run")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
@@ -206,7 +224,7 @@ def run(args) -> dict:
         if kernel not in built:
             built[kernel] = quantized(base, kernel, args, device)
         layer_set, applied = built[kernel]
-        with tiles_fixed(tiles):
+        with tiles_fixed(kernel, tiles):
             job = partial(measure, layer_set, applied, n, reference, args, device, bandwidth)
             rows.append(guarded(job, kernel=kernel,
                                 tiles="/".join(map(str, tiles or ())) or "code's"))
@@ -220,15 +238,19 @@ def run(args) -> dict:
 
 
 def render(report: dict) -> str:
-    rows = report["rows"]
+    """The markdown of a report, with the hand-written `notes` of its JSON, if any."""
+    rows, notes = report["rows"], report.get("notes", [])
     return (f"# Linear layers through each weight kernel ({report['shape']} x "
             f"{report['layers']} blocks, {report['dtype']})\n\n"
             f"Device: {report['meta']['device']}. Weights: {report['weights']}. "
-            f"Command: `{report['meta']['command']}`.\n\n"
-            "'tiles' (int8 rows kernel, two rows or more): block_n/block_k/warps/stages, or the "
-            "code's own choice. 'x_float': the unquantized row's ms at the same row count over "
-            "this row's. 'rel_err': against the float32 product of the same float weights.\n\n"
-            + markdown_table(rows, [c for c in COLUMNS if any(c in r for r in rows)]))
+            f"Command: `python {report['meta']['command']}`.\n\n"
+            "'tiles': the lab kernel's tile grid (int8 rows kernel, two rows or more: "
+            "block_n/block_k/warps/stages; int4 rows kernel, every row count: "
+            "block_n/warps/stages), or the code's own choice. 'x_float': the unquantized "
+            "row's ms at the same row count over this row's. 'rel_err': against the float32 "
+            "product of the same float weights.\n\n"
+            + markdown_table(rows, [c for c in COLUMNS if any(c in r for r in rows)])
+            + "".join(["\n\n## Notes\n"] + [f"\n- {n}" for n in notes] if notes else []))
 
 
 def main(argv=None) -> None:

@@ -18,7 +18,9 @@ its timing:
 Then the lab as its engine serves the shape, each row on a freshly loaded model: in bf16 and
 in each of `--quants` (quantized first, as a pipeline does at load), with the output head
 narrowed to the tokens Orpheus' format can emit (end-of-speech and the 7 x 4096 audio codes, as
-the engine's runner does; `--no-narrow-head` keeps the whole head), compiled block + CUDA graph.
+the engine's runner does; `--no-narrow-head` keeps the whole head), decode attention over each
+row's filled positions where the engine's kernel runs (as the engine does by default), compiled
+block + CUDA graph.
 Their greedy choice is over the narrowed span, which the format's constraint imposes anyway;
 transformers still computes every logit, so these rows say what the engine's whole step costs,
 not the same computation as the peers'. A row's bytes read count the head rows it reads.
@@ -37,9 +39,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
+import transformers
 from engine_ladder import _free, copy_bandwidth, graphed, load_model, repeated, streamed_bytes
 from tqdm import tqdm
 
@@ -150,10 +154,14 @@ def served_model(args, device, quant: str):
     if span:
         lm.narrow_head(*span)
     head = f", head narrowed to {span[1] - span[0]:,} tokens" if span else ""
+    why = (lm.read_real_lengths(lm.embed.weight.dtype) if device.type == "cuda"
+           else "no GPU: the engine reads real lengths on GPUs only")
+    attention = (", attention over real lengths" if why is None
+                 else f", attention over the key bucket ({why})")
     precision = args.dtype if applied == "none" else applied
     if applied != quant:
         precision += f" (asked {quant})"
-    return lm, f"lab as served, {precision}, compiled block + CUDA graph{head}"
+    return lm, f"lab as served, {precision}, compiled block + CUDA graph{head}{attention}"
 
 
 def served_rows(args, device, bandwidth: float | None) -> list[dict]:
@@ -255,14 +263,17 @@ def main(argv=None) -> None:
             "fallbacks", "error"]
     floor = (f"{floor_ms:.3g} ms at {bandwidth / 1e9:.0f} GB/s measured copy bandwidth"
              if floor_ms else "not measured")
+    meta = report["meta"]
+    versions = (f"torch {meta['torch']}, transformers {transformers.__version__}, torchao "
+                f"{version('torchao')}, {meta['date'][:10]}")
     (args.out / f"{args.stem}.md").write_text(
         f"# Decode step against the strongest peer ({shape}, {args.dtype})\n\n"
-        f"Device: {report['meta']['device']}. Weights: {weights}. Prompt {args.prompt_len} "
+        f"Device: {meta['device']} ({versions}). Weights: {weights}. Prompt {args.prompt_len} "
         f"tokens, {args.steps} greedy steps timed, {args.repeats} repeats after a full-length "
         f"warm-up per row, except the cold row: its first run, once (median, min, max of the "
         f"runs' median step); the lab's static cache "
         f"holds {args.max_len} positions. Weight-streaming floor at batch 1: {floor}. "
-        f"Command: `{report['meta']['command']}`.\n\n{READING}\n\n"
+        f"Command: `python {meta['command']}`.\n\n{READING}\n\n"
         + markdown_table(rows, [h for h in head if any(h in r for r in rows)]))
 
 

@@ -34,14 +34,16 @@ TARGET_PROGRAMS = 264  # two per streaming multiprocessor of an H100: enough to 
 if triton is not None:
 
     @triton.jit
-    def _split_attend(q_ptr, k_ptr, v_ptr, len_ptr, m_ptr, l_ptr, acc_ptr,
+    def _split_attend(q_ptr, k_ptr, v_ptr, len_ptr, m_ptr, l_ptr, acc_ptr, out_ptr,
                       sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
                       scale, n_splits,
                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                      BLOCK: tl.constexpr, BLOCKS: tl.constexpr, IEEE: tl.constexpr):
+                      BLOCK: tl.constexpr, BLOCKS: tl.constexpr, IEEE: tl.constexpr,
+                      FINAL: tl.constexpr):
         """One program per (row, KV head, split of `BLOCKS` blocks of keys): the split's
         softmax statistics and weighted values over its keys below the row's length. A block
-        past the length is skipped, so a short row reads only its own keys."""
+        past the length is skipped, so a short row reads only its own keys. With `FINAL` (one
+        split) the program writes the attention output itself: nothing is left to merge."""
         b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         length = tl.load(len_ptr + b).to(tl.int32)
         g, d = tl.arange(0, GP), tl.arange(0, D)
@@ -79,9 +81,33 @@ if triton is not None:
                 acc = acc * alpha[:, None] + weighted
                 m_i = m_new
         at = (b * tl.num_programs(1) + h) * n_splits + s
-        tl.store(m_ptr + at * GP + g, m_i)
-        tl.store(l_ptr + at * GP + g, l_i)
-        tl.store(acc_ptr + (at * GP + g[:, None]) * D + d[None, :], acc)
+        if FINAL:
+            out = out_ptr + ((b * tl.num_programs(1) + h) * G + g[:, None]) * D + d[None, :]
+            tl.store(out, (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
+                     mask=g[:, None] < G)
+        else:
+            tl.store(m_ptr + at * GP + g, m_i, mask=g < G)
+            tl.store(l_ptr + at * GP + g, l_i, mask=g < G)
+            tl.store(acc_ptr + (at * GP + g[:, None]) * D + d[None, :], acc,
+                     mask=g[:, None] < G)
+
+    @triton.jit
+    def _merge_splits(m_ptr, l_ptr, acc_ptr, out_ptr, n_splits,
+                      G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SP: tl.constexpr):
+        """One program per (row, query head): the splits' partial results weighed by their
+        share of the softmax, in one launch (as torch ops it was seven kernels a layer, which
+        cost more than the attention itself at batch 1; one program per KV head, 7 us). A
+        split with no keys (max -inf) weighs 0."""
+        bh, gi = tl.program_id(0) // G, tl.program_id(0) % G
+        sp, d = tl.arange(0, SP), tl.arange(0, D)
+        live = sp < n_splits
+        stats = (bh * n_splits + sp) * GP + gi
+        m = tl.load(m_ptr + stats, mask=live, other=float("-inf"))
+        weight = tl.where(live, tl.exp(m - tl.max(m, 0)), 0.0)
+        total = tl.sum(tl.load(l_ptr + stats, mask=live, other=0.0) * weight, 0)
+        acc = tl.load(acc_ptr + stats[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
+        out = tl.sum(acc * weight[:, None], 0) / total
+        tl.store(out_ptr + (bh * G + gi) * D + d, out.to(out_ptr.dtype.element_ty))
 
 
 def splits(batch: int, kv_heads: int, n_keys: int) -> tuple[int, int]:
@@ -98,20 +124,22 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Te
     batch, kv_heads, group, dim = q.shape
     n_splits, per_split = splits(batch, kv_heads, n_keys)
     padded = max(16, triton.next_power_of_2(group))  # tl.dot wants 16 rows at least
-    stats = torch.empty(2, batch, kv_heads, n_splits, padded, dtype=torch.float32,
-                        device=q.device)
-    acc = torch.empty(batch, kv_heads, n_splits, padded, dim, dtype=torch.float32,
-                      device=q.device)
+    final = n_splits == 1  # one split writes `out` itself: its scratch is a placeholder
+    parts = (1,) if final else (batch, kv_heads, n_splits, padded)
+    stats = torch.empty(2, *parts, dtype=torch.float32, device=q.device)
+    acc = stats if final else torch.empty(*parts, dim, dtype=torch.float32, device=q.device)
+    out = torch.empty_like(q)
     _split_attend[(batch, kv_heads, n_splits)](
-        q, k, v, lengths, stats[0], stats[1], acc,
+        q, k, v, lengths, stats[0], stats[1], acc, out,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), dim ** -0.5, n_splits,
         G=group, GP=padded, D=dim, BLOCK=BLOCK_N, BLOCKS=per_split // BLOCK_N,
-        IEEE=q.dtype == torch.float32)
-    top = stats[0].amax(dim=2, keepdim=True)
-    weight = torch.exp(stats[0] - top)  # an empty split (max -inf) weighs 0
-    out = (acc * weight[..., None]).sum(2) / (stats[1] * weight).sum(2)[..., None]
-    return out[:, :, :group].to(q.dtype).contiguous()
+        IEEE=q.dtype == torch.float32, FINAL=final)
+    if not final:
+        _merge_splits[(batch * kv_heads * group,)](
+            stats[0], stats[1], acc, out, n_splits, G=group, GP=padded, D=dim,
+            SP=triton.next_power_of_2(n_splits), num_warps=1)
+    return out
 
 
 @torch.library.custom_op("lab::decode_attention", mutates_args=())

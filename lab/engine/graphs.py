@@ -21,7 +21,8 @@ The torch.compile modes compile one transformer block and the head (regional com
 the identical blocks share one compiled version), and the whole step is then captured as one
 CUDA graph here, so 'reduce-overhead' and 'max-autotune' run without inductor's own graphs.
 At one row per step inductor folds the norms into the matmuls and turns them into fused
-reductions: about half the kernels of the eager step (on an H100, 3B bf16: 2.98 ms/step
+reductions (with coordinate-descent tuning, which the step always asks for: `decode_options`):
+about half the kernels of the eager step (on an H100, 3B bf16: 2.98 ms/step
 against 4.03 for the captured eager step). Each batch bucket is compiled once, which costs
 tens of seconds for a 3B model, so give compiled decoders few buckets; the key length is left
 symbolic, so prefixes shorter than the cache share one compiled block (the whole cache is a
@@ -38,7 +39,7 @@ import torch
 from lab.engine.cache import StaticKVCache
 from lab.engine.llm import call_block, call_head, call_mixed_block
 from lab.engine.slots import bucket_sizes, smallest_bucket
-from lab.quant.compile import COMPILED_MODES, inductor_mode
+from lab.quant.compile import COMPILED_MODES, decode_options
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 KEY_BASE = 64
@@ -135,7 +136,7 @@ class GraphedDecoder:
                 model.forward_mixed(tokens, positions, view, *pre) if pre
                 else model(tokens, positions, view))
         _allow_recompiles(8 * len(self.buckets) * len(self.key_buckets) + 16)
-        options = dict(mode=inductor_mode(self.mode), fullgraph=True, dynamic=False)
+        options = dict(options=decode_options(self.mode), fullgraph=True, dynamic=False)
         block = _any_key_length(torch.compile(call_block, **options), (4,))
         mixed = (_any_key_length(torch.compile(call_mixed_block, **options), (4, 6))
                  if self.prefill_tokens else None)  # compiled only where a chunk can ride

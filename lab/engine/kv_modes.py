@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 
 from lab.engine.cache import NoKVCache, SlotDynamicCache, StaticKVCache
-from lab.engine.decode_attention import check_decode_attention
 from lab.engine.graphs import GraphedDecoder
 from lab.engine.kv_dtype import KV_DTYPES, storage_dtype
 from lab.engine.request import Request
@@ -105,14 +104,9 @@ class StaticSlots(_SlotMode):
             self._notes.append("fp8 K/V are read as key buckets: the real-length decode "
                                "attention reads K/V in the model's dtype only")
             return
-        cfg = self.model.cfg
-        why = check_decode_attention(self.cache.k.dtype, cfg.n_kv_heads,
-                                     cfg.n_heads // cfg.n_kv_heads, cfg.head_dim, self.device)
+        why = self.model.read_real_lengths(self.cache.k.dtype)
         if why is not None:
             self._notes.append(f"decode attention reads the batch's key bucket: {why}")
-            return
-        for layer in self.model.layers:
-            layer.attn.real_lengths = True
 
     def prefill(self, chunks: list[PrefillChunk]) -> dict[Request, torch.Tensor]:
         """The chunks' rows are gathered only up to the furthest chunk's end: padding writes

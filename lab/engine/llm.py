@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.engine.cache import StaticLayer, read_static, write_kv, write_static
-from lab.engine.decode_attention import decode_attention
+from lab.engine.decode_attention import check_decode_attention, decode_attention
 from lab.quant import int8_rows
 
 
@@ -350,6 +350,20 @@ class LM(nn.Module):
         head = NarrowedHead(self.lm_head, start, stop)
         _check_narrowed(self.lm_head, head, start, stop)
         self.lm_head, self.head_range = head, (start, stop)
+
+    def read_real_lengths(self, kv_dtype: torch.dtype) -> str | None:
+        """Let each row of a decode step over a static cache of `kv_dtype` read its own filled
+        positions (`decode_attention`) instead of the batch's key bucket, once the kernel
+        matched the reference on a probe of this model's shapes on its device. Returns why
+        not (the attention left as it was), or None when every layer now reads real lengths.
+        """
+        cfg = self.cfg
+        why = check_decode_attention(kv_dtype, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads,
+                                     cfg.head_dim, self.embed.weight.device)
+        if why is None:
+            for layer in self.layers:
+                layer.attn.real_lengths = True
+        return why
 
     def tie_weights(self) -> None:
         if self.cfg.tie_embeddings and self.head_range is None:

@@ -61,6 +61,21 @@ def inductor_mode(mode: str) -> str | None:
     return _lookup(mode).inductor
 
 
+def decode_options(mode: str) -> dict[str, bool]:
+    """Inductor's options for the LM decode step under a compile choice: the mode's own, and
+    coordinate-descent tuning always. At one row per step every projection is a matrix-vector
+    product, and inductor rewrites those as fused reductions (reading each weight once at
+    full bandwidth, with the norm before it folded in) only when that tuning is on; without
+    it they stay cuBLAS calls. Quantizing with torchao switches it on for the whole process,
+    so a bf16 step compiled before and after a quantized one used to differ."""
+    inductor = inductor_mode(mode)
+    if inductor is None:
+        raise ValueError(f"compile mode {mode!r} compiles nothing")
+    from torch._inductor import list_mode_options  # inductor loads only where something compiles
+
+    return {**list_mode_options(inductor), "coordinate_descent_tuning": True}
+
+
 def compiled(fn: Callable, mode: str, *, dynamic: bool) -> Callable:
     """`fn` compiled for `mode` (itself for "none"). Compilation is lazy: an error surfaces at
     the first call, which the caller's warm-up makes before any user request."""

@@ -2,11 +2,12 @@
 
 torchao's int8 weight-only linear computes `x @ w.to(x.dtype).T * scale`. Compiled, Inductor
 turns one row of it into a fused matrix-vector kernel that beats bf16: on an H100, four
-Llama-3B blocks' linears took 0.18 ms in int8 (403 MB) against 0.39 in bf16 (805 MB). For two
+Llama-3B blocks' linears took 0.16 ms in int8 (403 MB) against 0.33 in bf16 (805 MB). For two
 rows or more it calls `aten._weight_int8pack_mm`, whose CUDA kernel took 58.7 ms on the same
-weights at 64 rows, where bf16 takes 0.41 ms: a batched decode step of the Orpheus shape went
-from 4 ms to 476 ms, so int8 served one stream well and a batch not at all. (One-off probes;
-`benchmarks/linear_kernels.py` is the committed measurement.)
+weights at 64 rows (a one-off probe), where bf16 takes 0.36 ms: a batched decode step of the
+Orpheus shape went from 4 ms to 476 ms, so int8 served one stream well and a batch not at all.
+With this kernel the same linears take 0.23 ms at 16 rows and 0.45 ms at 64
+(`benchmarks/results/linear_kernels_int4_tiles.md`, which has the int8 rows too).
 
 Here every tile of int8 weights is read once per tile of rows, widened to the activation's
 dtype in registers and fed to the tensor cores, and the per-row scale is applied to the

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from lab.quant import ao, int8_rows
+from lab.quant import ao, int4_rows, int8_rows
 
 if TYPE_CHECKING:
     from lab.quant.plan import StaticParts
@@ -212,9 +212,11 @@ register(QuantMode("int8-dynamic", lambda q: q.Int8DynamicActivationInt8WeightCo
 # mode that reaches convolutions (the Piper voice's vocoder and flow). See lab.quant.pt2e.
 register(QuantMode("int8-static", _x86_static, fallback="int8-dynamic",
                    unavailable=_static_reason, apply=_quantize_parts))
+# Many rows run through the lab's kernel on a plain copy (see lab.quant.int4_rows).
 register(QuantMode("int4-weight", lambda q: q.Int4WeightOnlyConfig(
     group_size=INT4_GROUP, int4_packing_format="tile_packed_to_4d"),
-    fallback="int8-weight", unavailable=_int4_reason, fits=_sides(INT4_GROUP, 8)))
+    fallback="int8-weight", unavailable=_int4_reason, fits=_sides(INT4_GROUP, 8),
+    after=int4_rows.route))
 register(QuantMode("fp8", lambda q: q.Float8DynamicActivationFloat8WeightConfig(
     granularity=q.PerRow()), fallback="int8-dynamic", unavailable=_fp8_reason, fits=_sides(16, 16)))
 QUANTS = tuple(QUANT_MODES)

@@ -35,6 +35,7 @@ def test_a_narrowed_head_chooses_what_the_whole_head_chooses_in_its_span(peers):
     served, name = peers.served_model(args, CPU, "none")
     row, tokens = peers.served_row(served, prompt, args, name)
     assert "error" not in row and f"narrowed to {stop - start:,} tokens" in row["row"]
+    assert "attention over the key bucket (no GPU" in row["row"]
     assert torch.equal(tokens, within)
     assert torch.equal(tokens[:, :args.prompt_len], prompt)
     assert ((tokens[:, args.prompt_len:] >= start) & (tokens[:, args.prompt_len:] < stop)).all()

@@ -42,6 +42,10 @@ def kernel_matches_reference(device: str) -> None:
     for dim in (8, 48):  # tl.dot needs 16 along the reduced dim; tl.arange, a power of two
         assert "power of two" in check_decode_attention(torch.float32, 2, 3, dim,
                                                         torch.device(device))
+    odd = LM(LMConfig(vocab_size=8, dim=96, n_layers=1, n_heads=2, n_kv_heads=1,
+                      intermediate_size=8)).to(device)
+    assert "power of two" in odd.read_real_lengths(torch.float32)  # head dim 48: refused
+    assert not odd.layers[0].attn.real_lengths
 
 
 def decode_step_matches_the_key_bucket(device: str) -> None:
@@ -64,8 +68,9 @@ def decode_step_matches_the_key_bucket(device: str) -> None:
                               device=device)
         with torch.inference_mode():
             lm(prompt.to(device), torch.arange(100, device=device).expand(4, -1), cache)
-            for layer in lm.layers:
-                layer.attn.real_lengths = real
+            if real:
+                assert lm.read_real_lengths(torch.float32) is None
+            assert all(layer.attn.real_lengths == real for layer in lm.layers)
             step = lm(tokens, positions, cache.prefix(128))
             mixed = lm.forward_mixed(tokens, positions, cache.prefix(128), *pre)
         results.append((step[:3], mixed[:3], mixed[4:]))

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+import torch._inductor
 from torch import nn
 
 import lab.config
@@ -133,8 +134,8 @@ def compile_calls(monkeypatch) -> list[str]:
     """torch.compile replaced by a recorder of the inductor mode each caller asked for."""
     calls: list[str] = []
 
-    def record(fn, *, mode=None, **options):
-        calls.append(mode)
+    def record(fn, *, mode=None, options=None, **kwargs):
+        calls.append(mode if options is None else options)
         return fn
 
     monkeypatch.setattr(torch, "compile", record)
@@ -143,7 +144,8 @@ def compile_calls(monkeypatch) -> list[str]:
 
 @pytest.mark.parametrize("mode", [m for m, c in COMPILE_MODES.items() if c.inductor])
 def test_one_compile_mode_means_one_inductor_mode_everywhere(compile_calls, fresh_voice, mode):
-    """The LM decode step, the codec and a family's plan all ask inductor for the same mode."""
+    """The LM decode step, the codec and a family's plan all ask inductor for the same mode; the
+    decode step adds coordinate-descent tuning, whatever quantized before it."""
     lm = _tiny_lm()
     cfg = lm.cfg
     cache = StaticKVCache(cfg.n_layers, 2, 16, cfg.n_kv_heads, cfg.head_dim)
@@ -153,7 +155,10 @@ def test_one_compile_mode_means_one_inductor_mode_everywhere(compile_calls, fres
     report = apply_knobs(fresh_voice, PIPER_PLAN, dtype="fp32", quant="none", compile_mode=mode,
                          device=CPU)
     assert len(compile_calls) == 4  # the decoder's block and head, the codec, the vocoder
-    assert set(compile_calls) == {COMPILE_MODES[mode].inductor}
+    decoder, others = compile_calls[:2], compile_calls[2:]
+    assert set(others) == {COMPILE_MODES[mode].inductor}
+    mode_options = torch._inductor.list_mode_options(COMPILE_MODES[mode].inductor)
+    assert decoder == [{**mode_options, "coordinate_descent_tuning": True}] * 2
     assert "cudagraphs" not in COMPILE_MODES[mode].inductor.replace("no-cudagraphs", "")
     graphs_note = COMPILE_MODES[mode].wants_graphs
     assert report.compile == mode

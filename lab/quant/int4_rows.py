@@ -1,0 +1,202 @@
+"""Int4 weight-only matmul for many rows, as one Triton kernel over a plain copy of torchao's
+int4 weights.
+
+torchao's int4 weight-only linear (group 128, asymmetric, `tile_packed_to_4d`) calls
+tinygemm, a CUDA kernel built for a few rows: as served, a batch-64 decode step of the Orpheus
+shape took 13.98 ms against 3.74 in bf16 (`benchmarks/results/peers_b64.md`), although it reads
+a quarter of the bytes. tinygemm's tiles cannot be read by another kernel, so `route` gives
+each int4 linear a second, plain copy of the same quantized values: two per byte along the
+input dimension (low nibble first), with tinygemm's scale and zero per group of 128 inputs
+and output. The kernel reads every packed tile once per tile of rows and multiplies the raw
+4-bit values (exact in bf16) on the tensor cores; each group's scale and zero are applied to
+the [rows x outputs] partial product, not to every weight:
+
+    sum_k x_k ((q_k - 8) s + z) = s (x . q) + (z - 8 s) sum_k x_k
+
+`Int4RowsLinear` sends `MIN_ROWS` rows or more of bf16 activations on CUDA to the kernel and
+fewer to tinygemm. The copy costs as much memory again as torchao's int4 weight (a quarter of
+bf16's); the bytes a step reads do not grow, since each step reads one of the two.
+
+On a CPU without Triton the op computes the same product in eager PyTorch; under Triton's
+interpreter (TRITON_INTERPRET=1, how the tests check the kernel on a CPU) the kernel runs on
+CPU tensors too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+MIN_ROWS = 17  # tinygemm computes rows in tiles of 16; up to one tile it stays
+MID = 8  # tinygemm's midpoint: a 4-bit value q means (q - 8) * scale + zero
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only PyTorch ships without Triton
+    triton = None
+
+if triton is not None:
+
+    @triton.jit
+    def _int4_rows_mm(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, rows, n, k, x_row, w_row, sz_group,
+                      y_row, block_m: tl.constexpr, block_n: tl.constexpr,
+                      group: tl.constexpr, widen: tl.constexpr):
+        """y[m, j] = sum over groups of s (x . q) + (z - 8 s) sum(x), one (block_m, block_n)
+        tile of y per program and one group of inputs per iteration; the two 4-bit values of
+        a byte are interleaved back in registers (two dots over the even and odd inputs
+        instead, with strided loads of x, were 3 to 9 times slower on an H100). `widen`:
+        float32 dots, for the interpreter, whose dot misreads bf16."""
+        m = tl.program_id(0) * block_m + tl.arange(0, block_m)
+        j = tl.program_id(1) * block_n + tl.arange(0, block_n)
+        half = tl.arange(0, group // 2)
+        acc = tl.zeros((block_m, block_n), dtype=tl.float32)
+        for g in range(0, k // group):
+            kk = g * group + tl.arange(0, group)
+            a = tl.load(x_ptr + m[:, None].to(tl.int64) * x_row + kk[None, :],
+                        mask=m[:, None] < rows, other=0.0)
+            if widen:
+                a = a.to(tl.float32)
+            packed = tl.load(w_ptr + j[:, None].to(tl.int64) * w_row + g * (group // 2)
+                             + half[None, :], mask=j[:, None] < n, other=0)
+            q = tl.join(packed & 15, packed >> 4).reshape(block_n, group)
+            dot = tl.dot(a, tl.trans(q.to(a.dtype)))
+            s = tl.load(s_ptr + g * sz_group + j, mask=j < n, other=0.0).to(tl.float32)
+            z = tl.load(z_ptr + g * sz_group + j, mask=j < n, other=0.0).to(tl.float32)
+            total = tl.sum(a.to(tl.float32), 1)
+            acc += dot * s[None, :] + total[:, None] * (z - 8.0 * s)[None, :]
+        tl.store(y_ptr + m[:, None].to(tl.int64) * y_row + j[None, :],
+                 acc.to(y_ptr.dtype.element_ty), mask=(m[:, None] < rows) & (j[None, :] < n))
+
+
+@dataclass(frozen=True)
+class PlainInt4:
+    """Int4 weights [n, k] in the kernel's layout: `packed` [n, k/2] uint8 (input 2i in the low
+    nibble, 2i+1 in the high), `scale` and `zero` [k/group, n] (tinygemm's own order)."""
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor
+
+    @property
+    def group(self) -> int:
+        return 2 * self.packed.shape[1] // self.scale.shape[0]
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 weights [n, k] these values stand for."""
+        q = torch.stack((self.packed & 15, self.packed >> 4), dim=-1).flatten(1).float()
+        k = q.shape[1]
+        return (q - MID) * _per_input(self.scale, k) + _per_input(self.zero, k)
+
+
+def _per_input(groups: torch.Tensor, k: int) -> torch.Tensor:
+    """A [k/group, n] table of per-group values as float32 [n, k]."""
+    return groups.float().T.repeat_interleave(k // groups.shape[0], dim=1)
+
+
+def pack(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> PlainInt4:
+    """The kernel's layout of 4-bit values q [n, k] (0..15) with scale and zero [k/group, n]."""
+    if q.shape[1] % 2 or q.min() < 0 or q.max() > 15:
+        raise ValueError("q must hold values 0..15 along an even number of inputs")
+    q = q.to(torch.uint8)
+    return PlainInt4((q[:, ::2] | q[:, 1::2] << 4).contiguous(), scale.contiguous(),
+                     zero.contiguous())
+
+
+def from_dequantized(weight: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> PlainInt4:
+    """The 4-bit values behind `weight` [n, k], torchao's int4 weights dequantized with their
+    scale and zero [k/group, n], packed; raises ValueError if they do not stand for `weight`
+    (the values are recovered, not re-chosen, so the model stays the one torchao quantized)."""
+    q = (weight.float() - _per_input(zero, weight.shape[1])) / _per_input(scale, weight.shape[1])
+    q = (q + MID).round().clamp(0, 15)
+    plain = pack(q, scale, zero)
+    again = plain.dequantize().to(weight.dtype).float()
+    if not torch.allclose(again, weight.float(), rtol=1e-2, atol=1e-3 * float(scale.abs().max())):
+        raise ValueError("the int4 values do not reproduce the weight")
+    return plain
+
+
+def from_torchao(weight: torch.Tensor) -> PlainInt4:
+    """A plain copy of a torchao int4 weight (tinygemm's layout): its float weights read back
+    through its own product with the identity, and its scale and zero unpacked."""
+    n, k = weight.shape
+    eye = torch.eye(k, dtype=torch.bfloat16, device=weight.qdata.device)
+    dense = F.linear(eye, weight).T  # [n, k]: one nonzero product per output, so exact
+    sz = weight.scale_and_zero  # [k/group (padded), n (padded), 2]
+    groups = k // weight.block_size[-1]
+    return from_dequantized(dense, sz[:groups, :n, 0], sz[:groups, :n, 1])
+
+
+@torch.library.custom_op("lab::int4_rows_mm", mutates_args=())
+def int4_rows_mm(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
+                 zero: torch.Tensor) -> torch.Tensor:
+    """x [rows, k] times the plain int4 weights (`PlainInt4`'s tensors), as x's dtype."""
+    plain = PlainInt4(packed, scale, zero)
+    if triton is None or (x.device.type != "cuda" and not INTERPRETED):
+        return int4_rows_reference(x, plain)
+    x = x.contiguous()
+    rows, k = x.shape
+    n = packed.shape[0]
+    y = torch.empty(rows, n, dtype=x.dtype, device=x.device)
+    block_m, block_n, warps, stages = tiles(rows, n)
+    grid = (triton.cdiv(rows, block_m), triton.cdiv(n, block_n))
+    _int4_rows_mm[grid](x, packed, scale, zero, y, rows, n, k, x.stride(0), packed.stride(0),
+                        scale.stride(0), y.stride(0), block_m=block_m, block_n=block_n,
+                        group=plain.group, widen=INTERPRETED and x.dtype == torch.bfloat16,
+                        num_warps=warps, num_stages=stages)
+    return y
+
+
+@int4_rows_mm.register_fake
+def _(x, packed, scale, zero):
+    return x.new_empty(x.shape[0], packed.shape[0])
+
+
+def int4_rows_reference(x: torch.Tensor, plain: PlainInt4) -> torch.Tensor:
+    """The product in eager PyTorch, in float32, rounded to x's dtype once."""
+    return (x.float() @ plain.dequantize().T).to(x.dtype)
+
+
+def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
+    """(block_m, block_n, warps, stages) for `rows` x `n`: row tiles as tall as the rows (16 to
+    64, what the dot takes), and the column tile, warps and stages that were fastest at 64
+    rows on an H100 out of 18 tried (columns 16-64, 4 or 8 warps, 2-4 stages): 0.62 ms for
+    four Orpheus-3B blocks' linears, against 0.36 in bf16."""
+    return min(64, max(16, triton.next_power_of_2(rows))), 32, 4, 3
+
+
+def takes(x: torch.Tensor) -> bool:
+    """Whether `MIN_ROWS` rows or more of bf16 on CUDA (or under the interpreter) go to the
+    kernel rather than to tinygemm."""
+    return (triton is not None and (x.device.type == "cuda" or INTERPRETED)
+            and x.dtype == torch.bfloat16 and x.numel() >= MIN_ROWS * x.shape[-1])
+
+
+class Int4RowsLinear(nn.Linear):
+    """An nn.Linear over torchao's int4 weight whose product runs through the kernel, on
+    `plain`, its copy, where it `takes` the rows, and through tinygemm elsewhere."""
+
+    plain: PlainInt4
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not takes(x):
+            return F.linear(x, self.weight, self.bias)
+        p = self.plain
+        y = int4_rows_mm(x.reshape(-1, x.shape[-1]), p.packed, p.scale, p.zero)
+        y = y.reshape(*x.shape[:-1], y.shape[-1])
+        return y if self.bias is None else y + self.bias
+
+
+def route(model: nn.Module, names: list[str]) -> None:
+    """Give the named int4 nn.Linear layers of `model` a plain copy of their weights and
+    `Int4RowsLinear`'s forward, in place (their weight, names and owners stay the same)."""
+    for name in names:
+        layer = model.get_submodule(name)
+        if type(layer) is nn.Linear and hasattr(layer.weight, "scale_and_zero"):
+            layer.plain = from_torchao(layer.weight)
+            layer.__class__ = Int4RowsLinear

@@ -1,0 +1,72 @@
+"""Int4 weight-only products of many rows run through the lab's kernel on a plain copy of
+torchao's int4 values, which stand for exactly the weights torchao quantized."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.quant import int4_rows
+from tests.kernels import run_check
+
+CHECKS = Path(__file__).with_name("int4_rows_checks.py")
+
+
+def test_the_kernel_matches_the_float_product_of_its_int4_weights():
+    """On a GPU here, on a CPU under Triton's interpreter (`tests/kernels.py`)."""
+    run_check(CHECKS, "kernel_matches_reference")
+
+
+def _torchao_int4(n: int, k: int, group: int = 128):
+    """torchao's own int4 values, scale and zero (tinygemm's scheme, its CPU primitives) of a
+    random bf16 weight, and the weight they dequantize to."""
+    from torchao.quantization import quant_primitives as qp
+
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(n)).to(torch.bfloat16)
+    block = (1, group)
+    scale, zero = qp._choose_qparams_affine_tinygemm(
+        w, qp.MappingType.ASYMMETRIC, block, torch.int32, 0, 15, scale_dtype=torch.bfloat16,
+        zero_point_dtype=torch.bfloat16)
+    q = qp._quantize_affine_tinygemm(w, block, scale, zero, torch.int32, 0, 15)
+    dense = qp._dequantize_affine_tinygemm(q, block, scale, zero, torch.int32, 0, 15,
+                                           output_dtype=torch.bfloat16)
+    return q, scale.reshape(n, -1).T, zero.reshape(n, -1).T, dense
+
+
+def test_the_plain_copy_holds_the_values_torchao_chose():
+    q, scale, zero, dense = _torchao_int4(48, 512)
+    plain = int4_rows.from_dequantized(dense, scale, zero)
+    assert plain.group == 128 and plain.packed.dtype == torch.uint8
+    assert torch.equal(plain.packed, int4_rows.pack(q, scale, zero).packed)
+    # torchao rounds to bf16 between its steps, the copy once: the same weights to a bf16 step
+    torch.testing.assert_close(plain.dequantize().to(torch.bfloat16), dense, rtol=8e-3, atol=4e-3)
+
+
+def test_a_weight_that_is_not_those_int4_values_is_refused():
+    _, scale, zero, dense = _torchao_int4(16, 256)
+    with pytest.raises(ValueError, match="do not reproduce the weight"):
+        int4_rows.from_dequantized(dense + 0.3 * scale.float().T.repeat_interleave(128, 1).to(
+            torch.bfloat16), scale, zero)
+    with pytest.raises(ValueError, match="values 0..15"):
+        int4_rows.pack(torch.full((2, 4), 16), scale[:, :2], zero[:, :2])
+
+
+@pytest.mark.parametrize(("rows", "dtype", "interpreted", "taken"), [
+    (1, torch.bfloat16, True, False),      # one row: tinygemm
+    (16, torch.bfloat16, True, False),     # one tile of tinygemm's rows
+    (17, torch.bfloat16, True, True),
+    (64, torch.bfloat16, True, True),
+    (64, torch.float16, True, False),      # tinygemm's int4 path is bf16 only
+    (64, torch.bfloat16, False, False),    # a CPU without the interpreter
+])
+def test_the_kernel_takes_many_rows_of_bf16(rows, dtype, interpreted, taken, monkeypatch):
+    monkeypatch.setattr(int4_rows, "INTERPRETED", interpreted)
+    assert int4_rows.takes(torch.zeros(rows, 128, dtype=dtype)) == taken
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="torchao's int4 layout (tinygemm) exists on CUDA only")
+def test_a_quantized_lm_sends_its_batched_rows_through_the_kernel():
+    run_check(CHECKS, "an_int4_lm_runs_its_rows_through_the_kernel")
