@@ -21,7 +21,7 @@ The torch.compile modes compile one transformer block and the head (regional com
 the identical blocks share one compiled version), and the whole step is then captured as one
 CUDA graph here, so 'reduce-overhead' and 'max-autotune' run without inductor's own graphs.
 At one row per step inductor folds the norms into the matmuls and turns them into fused
-reductions (with coordinate-descent tuning, which the step always asks for: `decode_options`):
+reductions (with coordinate-descent tuning, which one-row steps ask for: `decode_options`):
 about half the kernels of the eager step (on an H100, 3B bf16: 2.98 ms/step
 against 4.03 for the captured eager step). Each batch bucket is compiled once, which costs
 tens of seconds for a 3B model, so give compiled decoders few buckets; the key length is left
@@ -136,14 +136,19 @@ class GraphedDecoder:
                 model.forward_mixed(tokens, positions, view, *pre) if pre
                 else model(tokens, positions, view))
         _allow_recompiles(8 * len(self.buckets) * len(self.key_buckets) + 16)
-        options = dict(options=decode_options(self.mode), fullgraph=True, dynamic=False)
-        block = _any_key_length(torch.compile(call_block, **options), (4,))
-        mixed = (_any_key_length(torch.compile(call_mixed_block, **options), (4, 6))
+        # One-row steps and the others are compiled apart: only the first gain from the
+        # tuning `decode_options` adds for them, and it costs compile time (see there).
+        options = {rows: dict(options=decode_options(self.mode, rows), fullgraph=True,
+                              dynamic=False) for rows in (1, 2)}
+        block = {rows: _any_key_length(torch.compile(call_block, **o), (4,))
+                 for rows, o in options.items()}
+        head = {rows: torch.compile(call_head, **o) for rows, o in options.items()}
+        mixed = (_any_key_length(torch.compile(call_mixed_block, **options[2]), (4, 6))
                  if self.prefill_tokens else None)  # compiled only where a chunk can ride
-        head = torch.compile(call_head, **options)
         return lambda tokens, positions, view, pre=(): (
-            model.forward_mixed(tokens, positions, view, *pre, block_fn=mixed, head_fn=head)
-            if pre else model(tokens, positions, view, block_fn=block, head_fn=head))
+            model.forward_mixed(tokens, positions, view, *pre, block_fn=mixed, head_fn=head[2])
+            if pre else model(tokens, positions, view, block_fn=block[min(len(tokens), 2)],
+                              head_fn=head[min(len(tokens), 2)]))
 
     def bucket_for(self, batch: int) -> int:
         return smallest_bucket(self.buckets, batch, "batch")

@@ -145,7 +145,8 @@ def compile_calls(monkeypatch) -> list[str]:
 @pytest.mark.parametrize("mode", [m for m, c in COMPILE_MODES.items() if c.inductor])
 def test_one_compile_mode_means_one_inductor_mode_everywhere(compile_calls, fresh_voice, mode):
     """The LM decode step, the codec and a family's plan all ask inductor for the same mode; the
-    decode step adds coordinate-descent tuning, whatever quantized before it."""
+    decode step's one-row version adds coordinate-descent tuning, whatever quantized before
+    it, and its others turn it off."""
     lm = _tiny_lm()
     cfg = lm.cfg
     cache = StaticKVCache(cfg.n_layers, 2, 16, cfg.n_kv_heads, cfg.head_dim)
@@ -154,11 +155,13 @@ def test_one_compile_mode_means_one_inductor_mode_everywhere(compile_calls, fres
                       compile_mode=mode)
     report = apply_knobs(fresh_voice, PIPER_PLAN, dtype="fp32", quant="none", compile_mode=mode,
                          device=CPU)
-    assert len(compile_calls) == 4  # the decoder's block and head, the codec, the vocoder
-    decoder, others = compile_calls[:2], compile_calls[2:]
+    assert len(compile_calls) == 6  # the decoder's blocks and heads, the codec, the vocoder
+    decoder, others = compile_calls[:4], compile_calls[4:]
     assert set(others) == {COMPILE_MODES[mode].inductor}
     mode_options = torch._inductor.list_mode_options(COMPILE_MODES[mode].inductor)
-    assert decoder == [{**mode_options, "coordinate_descent_tuning": True}] * 2
+    one_row, rows = ({**mode_options, "coordinate_descent_tuning": tuned}
+                     for tuned in (True, False))
+    assert sorted(decoder, key=str) == sorted([one_row, one_row, rows, rows], key=str)
     assert "cudagraphs" not in COMPILE_MODES[mode].inductor.replace("no-cudagraphs", "")
     graphs_note = COMPILE_MODES[mode].wants_graphs
     assert report.compile == mode
