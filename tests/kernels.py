@@ -23,3 +23,17 @@ def run_check(path: Path, name: str) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+class OpCalls(torch.utils._python_dispatch.TorchDispatchMode):
+    """Under it, `rows` lists the first argument's row count of every call of `op`: which
+    products a kernel's custom op computed."""
+
+    def __init__(self, op) -> None:
+        super().__init__()
+        self.op, self.rows = op, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is self.op:
+            self.rows.append(args[0].shape[0])
+        return func(*args, **(kwargs or {}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from lab.quant import int4_rows
+from tests.kernels import OpCalls
 
 
 def _plain(n: int, k: int, group: int, device: str) -> int4_rows.PlainInt4:
@@ -33,19 +34,6 @@ def kernel_matches_reference(device: str) -> None:
                               (x, plain.packed, plain.scale, plain.zero))
 
 
-class _Calls(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts calls of the kernel's op under it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[int] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.lab.int4_rows_mm.default:
-            self.rows.append(args[0].shape[0])
-        return func(*args, **(kwargs or {}))
-
-
 def an_int4_lm_runs_its_rows_through_the_kernel(device: str) -> None:
     """Quantized with int4-weight (tinygemm's layout: CUDA only), a bf16 LM gives every
     quantized linear a plain copy, sends 20 rows through the kernel and 15 through tinygemm,
@@ -63,7 +51,7 @@ def an_int4_lm_runs_its_rows_through_the_kernel(device: str) -> None:
     assert len(routed) == 4 * cfg.n_layers + 1  # and the head
     tokens = torch.randint(0, cfg.vocab_size, (4, 5), generator=torch.Generator().manual_seed(1))
     tokens, positions = tokens.to(device), torch.arange(5, device=device).expand(4, 5)
-    with torch.no_grad(), _Calls() as calls:
+    with torch.no_grad(), OpCalls(torch.ops.lab.int4_rows_mm.default) as calls:
         got = lm(tokens, positions)
         lm(tokens[:3], positions[:3])  # 15 rows: tinygemm
     assert calls.rows == [20] * len(routed), calls.rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from lab.quant import int8_rows
+from tests.kernels import OpCalls
 
 
 def _operands(rows: int, n: int, k: int, device: str, dtype=torch.bfloat16):
@@ -41,19 +42,6 @@ def kernel_matches_reference_everywhere(device: str) -> None:
     a_row_slice_of_the_weight_reads_its_own_rows(device)
 
 
-class _Calls(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts calls of the kernel's op under it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[int] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.lab.int8_rows_mm.default:
-            self.rows.append(args[0].shape[0])
-        return func(*args, **(kwargs or {}))
-
-
 def an_int8_lm_runs_its_rows_through_the_kernel(device: str) -> None:
     """Quantized with int8-weight, a bf16 LM sends every linear of a batched step, the narrowed
     head's included, through the kernel, and its logits stay those of torchao's own path."""
@@ -65,7 +53,7 @@ def an_int8_lm_runs_its_rows_through_the_kernel(device: str) -> None:
     lm.narrow_head(10, 200)
     tokens = torch.randint(0, cfg.vocab_size, (3, 5), generator=torch.Generator().manual_seed(1))
     tokens, positions = tokens.to(device), torch.arange(5, device=device).expand(3, 5)
-    with torch.no_grad(), _Calls() as calls:
+    with torch.no_grad(), OpCalls(torch.ops.lab.int8_rows_mm.default) as calls:
         got = lm(tokens, positions)
     assert len(calls.rows) == 4 * cfg.n_layers + 1 and set(calls.rows) == {15}, calls.rows
     for layer in lm.modules():
