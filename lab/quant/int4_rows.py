@@ -7,9 +7,10 @@ the Orpheus shape took 13.98 ms against 3.74 in bf16, although it reads a quarte
 (with this kernel: 5.32 ms against 3.44, `benchmarks/results/peers_b64.md`). tinygemm's
 tiles cannot be read by another kernel, so `route` gives each int4 linear a second, plain copy
 of the same quantized values: two per byte along the input dimension (low nibble first), with
-tinygemm's scale and zero per group of 128 inputs and output. The kernel reads every packed tile once per tile of rows and multiplies the raw
-4-bit values (exact in bf16) on the tensor cores; each group's scale and zero are applied to
-the [rows x outputs] partial product, not to every weight:
+tinygemm's scale and zero per group of 128 inputs and output. The kernel reads every packed
+tile once per tile of rows and multiplies the raw 4-bit values (exact in bf16) on the tensor
+cores; each group's scale and zero are applied to the [rows x outputs] partial product, not
+to every weight:
 
     sum_k x_k ((q_k - 8) s + z) = s (x . q) + (z - 8 s) sum_k x_k
 
