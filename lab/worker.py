@@ -19,9 +19,9 @@ parallel PyTorch work keeps its own OpenMP thread team, and once a process holds
 threads than cores, OpenMP stops spinning between parallel regions and sleeps instead. A
 pipeline warmed up on the caller's thread and served on the worker's had two teams, and its
 streams ran about three times slower per step on two cores. For the same reason the thread
-exits whenever it runs out of work, and the next job starts a new one: two pipelines of one
-process (an A/B in the app, fp32 beside int8 in a benchmark) then keep one team between them
-unless both are busy at once.
+exits once it has had no work for `LINGER_S`, and the next job starts a new one: two pipelines
+of one process (an A/B in the app, fp32 beside int8 in a benchmark) then keep one team between
+them unless both are busy within that time. A caller's back-to-back requests keep the thread.
 
 An asyncio caller (the HTTP server) takes a stream with `astream`: the worker hands what a
 round produced to the event loop at the round's end, so no thread blocks on each request's
@@ -128,6 +128,13 @@ class BatchJob:
     threads: int = field(default_factory=torch.get_num_threads)
 
 
+# How long an idle worker waits for the next job before it exits. Each new thread builds its
+# OpenMP team again on its first parallel region; on a 2-core CPU that cost the Piper voice's
+# next sentence 5 ms in fp32 and 10 ms with int8-static (its first attention layer), about a
+# sixth of a short sentence, when every sentence of a caller's loop started a thread.
+LINGER_S = 0.2
+
+
 class Worker:
     """Runs every job of one pipeline on one thread, started when work arrives and gone when idle.
 
@@ -144,6 +151,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._outbox = _Outbox()
+        self._early: list = []  # a job taken while lingering, served before the inbox's
 
     def _ensure_running(self) -> None:
         with self._lock:
@@ -218,22 +226,31 @@ class Worker:
             thread.join()
 
     def _take(self) -> list:
-        jobs = []
+        jobs, self._early = self._early, []
         while not self._inbox.empty():
             jobs.append(self._inbox.get_nowait())
         return jobs
 
     def _loop(self) -> None:
-        """Serve until nothing is left to do, then exit: an idle thread would keep its OpenMP
-        team, and a second pipeline's worker would then run beside two teams."""
+        """Serve until nothing is left to do for `LINGER_S`, then exit: an idle thread would
+        keep its OpenMP team, and a second pipeline's worker would then run beside two teams."""
         active: list[StreamJob] = []
         while True:
             self._admit(active)
             active[:] = [job for job in active if self._advance(job)]
             self._outbox.flush()
-            if not active and self._inbox.empty():
+            if not active and not self._work_arrives():
                 break
         self._exit()
+
+    def _work_arrives(self) -> bool:
+        """Whether a job arrives within `LINGER_S` of running out of work (it is then the first
+        one `_take` hands over)."""
+        try:
+            self._early.append(self._inbox.get(timeout=LINGER_S))
+        except queue.Empty:
+            return False
+        return True
 
     def _exit(self) -> None:
         """Leave, unless a job arrived after the last look at the inbox: its caller saw this

@@ -13,7 +13,7 @@ from lab.config import ConfigError, load_preset
 from lab.metrics.repeats import pinned_threads
 from lab.models.orpheus_format import AudioTokenConstraint
 from lab.pipeline import AudioChunk, Pipeline, Synthesis, drain
-from lab.worker import Cancelled, Worker
+from lab.worker import LINGER_S, Cancelled, Worker
 
 TEXTS = ["One small request.", "Another one, a little longer.", "A third. In two sentences."]
 
@@ -382,6 +382,25 @@ def test_an_idle_worker_thread_exits_and_the_next_job_starts_another(orpheus):
     assert first is not second
     assert not first.is_alive()
     assert pipe.synthesize("Hello again.").audio.size
+
+
+def test_a_job_within_the_linger_keeps_the_thread_and_an_idle_one_leaves_after_it():
+    """Back-to-back jobs share one thread (and its OpenMP team); a worker idle for longer
+    than `LINGER_S` has exited."""
+    class Owner:
+        def run(self, texts, context):
+            return texts
+
+    owner = Owner()
+    worker = Worker("linger", owner.run)
+    try:
+        first = worker.call(threading.current_thread)
+        assert worker.call(threading.current_thread) is first
+        first.join(timeout=LINGER_S + 5)
+        assert not first.is_alive() and worker._thread is None
+        assert worker.call(threading.current_thread) is not first
+    finally:
+        worker.close()
 
 
 def test_a_call_that_fails_on_the_worker_raises_for_its_caller_and_the_worker_goes_on():
