@@ -18,6 +18,14 @@ from lab.worker import LINGER_S, Cancelled, Worker
 TEXTS = ["One small request.", "Another one, a little longer.", "A third. In two sentences."]
 
 
+class _Echo:
+    """An owner for a bare Worker (it holds its owner's method weakly): batches come back as
+    they went in."""
+
+    def run(self, texts, context):
+        return texts
+
+
 @pytest.fixture(scope="module")
 def orpheus():
     return Pipeline(load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 84}))
@@ -172,11 +180,7 @@ def test_the_worker_wakes_an_event_loop_once_per_round_not_once_per_piece():
     with the ends would be 18 wakes handed over one by one). Each stream passes its turn until
     all three have started, so the rounds do not depend on when the thread got each job."""
 
-    class Owner:
-        def run(self, texts, context):
-            return texts
-
-    owner = Owner()
+    owner = _Echo()
     worker = Worker("test-worker", owner.run)
     wakes = []
 
@@ -387,11 +391,7 @@ def test_an_idle_worker_thread_exits_and_the_next_job_starts_another(orpheus):
 def test_a_job_within_the_linger_keeps_the_thread_and_an_idle_one_leaves_after_it():
     """Back-to-back jobs share one thread (and its OpenMP team); a worker idle for longer
     than `LINGER_S` has exited."""
-    class Owner:
-        def run(self, texts, context):
-            return texts
-
-    owner = Owner()
+    owner = _Echo()
     worker = Worker("linger", owner.run)
     try:
         first = worker.call(threading.current_thread)
@@ -404,11 +404,7 @@ def test_a_job_within_the_linger_keeps_the_thread_and_an_idle_one_leaves_after_i
 
 
 def test_a_call_that_fails_on_the_worker_raises_for_its_caller_and_the_worker_goes_on():
-    class Owner:
-        def run(self, texts, context):
-            return texts
-
-    owner = Owner()
+    owner = _Echo()
     worker = Worker("calls", owner.run)
     try:
         with pytest.raises(ZeroDivisionError):
