@@ -25,22 +25,16 @@ CPU tensors too.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from lab.quant.triton_site import runs_kernels, tl, triton, widens
+
 MIN_ROWS = 17  # tinygemm computes rows in tiles of 16; up to one tile it stays
 MID = 8  # tinygemm's midpoint: a 4-bit value q means (q - 8) * scale + zero
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only PyTorch ships without Triton
-    triton = None
 
 if triton is not None:
 
@@ -138,7 +132,7 @@ def int4_rows_mm(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
                  zero: torch.Tensor) -> torch.Tensor:
     """x [rows, k] times the plain int4 weights (`PlainInt4`'s tensors), as x's dtype."""
     plain = PlainInt4(packed, scale, zero)
-    if triton is None or (x.device.type != "cuda" and not INTERPRETED):
+    if not runs_kernels(x):
         return int4_rows_reference(x, plain)
     x = x.contiguous()
     rows, k = x.shape
@@ -148,7 +142,7 @@ def int4_rows_mm(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
     grid = (triton.cdiv(rows, block_m), triton.cdiv(n, block_n))
     _int4_rows_mm[grid](x, packed, scale, zero, y, rows, n, k, x.stride(0), packed.stride(0),
                         scale.stride(0), y.stride(0), block_m=block_m, block_n=block_n,
-                        group=plain.group, widen=INTERPRETED and x.dtype == torch.bfloat16,
+                        group=plain.group, widen=widens(x),
                         num_warps=warps, num_stages=stages)
     return y
 
@@ -174,8 +168,7 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
 def takes(x: torch.Tensor) -> bool:
     """Whether `MIN_ROWS` rows or more of bf16 on CUDA (or under the interpreter) go to the
     kernel rather than to tinygemm."""
-    return (triton is not None and (x.device.type == "cuda" or INTERPRETED)
-            and x.dtype == torch.bfloat16 and x.numel() >= MIN_ROWS * x.shape[-1])
+    return runs_kernels(x) and x.dtype == torch.bfloat16 and x.numel() >= MIN_ROWS * x.shape[-1]
 
 
 class Int4RowsLinear(nn.Linear):

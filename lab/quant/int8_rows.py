@@ -24,21 +24,14 @@ CPU tensors too.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from lab.quant.triton_site import runs_kernels, tl, triton, widens
+
 FLOAT_ROWS = (torch.bfloat16, torch.float16)
 MIN_ROWS = 2
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only PyTorch ships without Triton
-    triton = None
 
 if triton is not None:
 
@@ -79,7 +72,7 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int, int]:
 @torch.library.custom_op("lab::int8_rows_mm", mutates_args=())
 def int8_rows_mm(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """x [rows, k] times int8 weights qdata [n, k] with one scale per output, as x's dtype."""
-    if triton is None or (x.device.type != "cuda" and not INTERPRETED):
+    if not runs_kernels(x):
         return int8_rows_reference(x, qdata, scale)
     x, qdata = x.contiguous(), qdata if qdata.stride(1) == 1 else qdata.contiguous()
     scale = scale.reshape(-1)
@@ -90,7 +83,7 @@ def int8_rows_mm(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor) -> t
     grid = (triton.cdiv(rows, block_m), triton.cdiv(n, block_n))
     _int8_rows_mm[grid](x, qdata, scale, y, rows, n, k, x.stride(0), qdata.stride(0),
                         y.stride(0), block_m=block_m, block_n=block_n, block_k=block_k,
-                        widen=INTERPRETED and x.dtype == torch.bfloat16, num_warps=warps,
+                        widen=widens(x), num_warps=warps,
                         num_stages=stages)
     return y
 
@@ -108,9 +101,7 @@ def int8_rows_reference(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tenso
 def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether the kernel computes `x @ weight.T`: an int8 weight-only weight with one scale
     per output row, and 2 rows or more of bf16 or fp16 on CUDA (or under the interpreter)."""
-    if not (x.device.type == "cuda" or INTERPRETED) or triton is None:
-        return False
-    if x.dtype not in FLOAT_ROWS or x.numel() < MIN_ROWS * x.shape[-1]:
+    if not runs_kernels(x) or x.dtype not in FLOAT_ROWS or x.numel() < MIN_ROWS * x.shape[-1]:
         return False
     qdata = getattr(weight, "qdata", None)
     return (qdata is not None and qdata.dtype == torch.int8 and qdata.dim() == 2

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 from lab.models.vits.attention import AttentionLayout
 from lab.models.vits.frames import FrameConv, FrameUpsample, from_frames, to_frames
 from lab.models.vits.generator import Generator, MaskTails, Tails
-from lab.models.vits.layers import depthwise, pointwise, sequence_mask
+from lab.models.vits.layers import depthwise, pointwise, same_padding, sequence_mask
 from lab.models.vits.text_encoder import TextEncoder
 
 
@@ -122,8 +122,8 @@ def test_a_kernel_1_convolution_as_a_matrix_product_equals_the_convolution(bias,
 @pytest.mark.parametrize("bias", [True, False])
 def test_a_depthwise_convolution_as_shifted_sums_equals_the_convolution(kernel, dilation, bias):
     torch.manual_seed(0)
-    pad = (kernel * dilation - dilation) // 2
-    conv = torch.nn.Conv1d(6, 6, kernel, groups=6, dilation=dilation, padding=pad, bias=bias)
+    conv = torch.nn.Conv1d(6, 6, kernel, groups=6, dilation=dilation,
+                           padding=same_padding(kernel, dilation), bias=bias)
     for batch, length in ((1, 5), (2, 37)):
         x = torch.randn(batch, 6, length)
         torch.testing.assert_close(depthwise(conv, x), conv(x))

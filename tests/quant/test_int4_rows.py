@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.quant import int4_rows
+from lab.quant import int4_rows, triton_site
 from tests.kernels import run_check
 
 CHECKS = Path(__file__).with_name("int4_rows_checks.py")
@@ -62,7 +62,7 @@ def test_a_weight_that_is_not_those_int4_values_is_refused():
     (64, torch.bfloat16, False, False),    # a CPU without the interpreter
 ])
 def test_the_kernel_takes_many_rows_of_bf16(rows, dtype, interpreted, taken, monkeypatch):
-    monkeypatch.setattr(int4_rows, "INTERPRETED", interpreted)
+    monkeypatch.setattr(triton_site, "INTERPRETED", interpreted)
     assert int4_rows.takes(torch.zeros(rows, 128, dtype=dtype)) == taken
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lab.engine import load_lm
-from lab.quant import apply_precision, int8_rows
+from lab.quant import apply_precision, int8_rows, triton_site
 from tests.kernels import run_check
 
 CHECKS = Path(__file__).with_name("int8_rows_checks.py")
@@ -54,12 +54,12 @@ def test_the_kernel_takes_only_weight_only_int8_with_two_rows_of_half_floats(
     lm, _ = _quantized(quant, dtype)
     weight = lm.layers[0].attn.qkv.weight
     x = torch.randn(rows, weight.shape[1], dtype=lm.embed.weight.dtype)
-    monkeypatch.setattr(int8_rows, "INTERPRETED", interpreted)
+    monkeypatch.setattr(triton_site, "INTERPRETED", interpreted)
     assert not int8_rows.takes(x, weight)
 
 
 def test_two_rows_of_bf16_on_an_int8_weight_are_taken_where_the_kernel_runs(monkeypatch):
     lm, _ = _quantized("int8-weight")
     weight = lm.layers[0].attn.qkv.weight
-    monkeypatch.setattr(int8_rows, "INTERPRETED", True)
+    monkeypatch.setattr(triton_site, "INTERPRETED", True)
     assert int8_rows.takes(torch.randn(2, weight.shape[1], dtype=torch.bfloat16), weight)
