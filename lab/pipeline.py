@@ -20,7 +20,7 @@ import torch
 
 from lab.config import PipelineConfig
 from lab.device import resolve_device
-from lab.malloc import keep_freed_memory
+from lab.malloc import keep_freed_memory, release_kept_memory
 from lab.metrics import memory
 from lab.metrics.events import events
 from lab.metrics.timers import RequestMeter, StageTimer
@@ -137,6 +137,7 @@ class Pipeline:
         say = on_stage or (lambda _msg: None)
         if self.device.type == "cpu":
             keep_freed_memory()
+            release_kept_memory()
         self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch)
         say(f"loading {self.config.family} weights ({self.config.model}) onto {self.device}")
         started = time.perf_counter()

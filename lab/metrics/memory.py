@@ -7,7 +7,9 @@ lets a process reset its resident-set high-water mark (writing 5 to /proc/self/c
 reports it as VmHWM; elsewhere only the lifetime peak exists, and `how()` says so.
 
 The peak is process-wide: requests that overlap in time share it, and each reports the peak
-since the latest reset among them.
+since the latest reset among them. On a CPU the pipeline keeps the heap its requests free, for
+speed (`lab.malloc`), so a short request after a long one on the same pipeline still holds the
+long one's pages; a new pipeline hands them back before it loads.
 """
 
 from __future__ import annotations
@@ -63,5 +65,6 @@ def how(device: torch.device) -> str:
     if device.type == "cuda":
         return "peak CUDA memory allocated during the request"
     if RSS_RESETS:
-        return "peak resident memory of the process during the request"
+        return ("peak resident memory of the process during the request (with the heap kept "
+                "from this pipeline's earlier requests)")
     return "peak resident memory of the process since it started (this OS cannot reset it)"
