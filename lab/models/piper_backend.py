@@ -30,8 +30,8 @@ PIPER_FAMILY = Family(
     quantization=(
         "int8-static quantizes the convolutions of the vocoder and the flow to int8 on a CPU "
         "(exported, calibrated on the lab's own text and compiled ahead of time to oneDNN int8 "
-        "kernels), keeping the text encoder and the vocoder's upsampling, last stage and "
-        "output convolution in float: fp32, or bf16 with dtype bf16, the faster of the two on "
+        "kernels), keeping the text encoder and the vocoder's last stage and output "
+        "convolution in float: fp32, or bf16 with dtype bf16, the faster of the two on "
         "a CPU with native bf16; elsewhere it falls back. "
         "int8-weight, int8-dynamic, int4-weight and fp8 act on linear layers only; this "
         "voice is convolutions, so those fall back to unquantized weights in the chosen "

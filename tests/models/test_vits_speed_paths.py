@@ -27,14 +27,34 @@ def generator() -> Generator:
 def test_frame_convolutions_equal_their_1d_originals():
     torch.manual_seed(0)
     conv = FrameConv(6, 5, 5, dilation=2, padding=4)
-    up = FrameUpsample(6, 5, 8, 4, padding=2)
     x = torch.randn(2, 6, 11)
     framed = from_frames(conv(to_frames(x)))
     assert torch.allclose(framed, F.conv1d(x, conv.weight, conv.bias, padding=4, dilation=2),
                           atol=1e-5)
-    upsampled = from_frames(up(to_frames(x)))
-    assert torch.allclose(upsampled, F.conv_transpose1d(x, up.weight, up.bias, 4, 2), atol=1e-5)
     assert conv.weight.shape == (5, 6, 5), "weights keep Conv1d's shape, so they load by name"
+
+
+@pytest.mark.parametrize("kernel, stride, padding, phased", [(8, 4, 2, True), (16, 8, 4, True),
+                                                             (7, 3, 2, False)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_an_upsampling_layer_equals_its_transposed_convolution(kernel, stride, padding, phased,
+                                                                batch):
+    """HiFi-GAN's shape (kernel twice the stride) runs as phases of a plain convolution, one
+    item as a view of its output; any other shape as the transposed convolution itself."""
+    torch.manual_seed(0)
+    up = FrameUpsample(6, 5, kernel, stride, padding=padding)
+    x = torch.randn(batch, 6, 11)
+    with torch.inference_mode():
+        out = up(to_frames(x))
+    ref = F.conv_transpose1d(x, up.weight, up.bias, stride, padding)
+    assert up.phased == phased
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(from_frames(out), ref, atol=1e-5)
+    with torch.no_grad():
+        up.weight.mul_(2)
+        twice = from_frames(up(to_frames(x)))
+    assert torch.allclose(twice, F.conv_transpose1d(x, up.weight, up.bias, stride, padding),
+                          atol=1e-5), "a changed weight is not served from the old phases"
 
 
 def test_no_mask_is_the_all_ones_mask(generator):

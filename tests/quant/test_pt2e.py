@@ -49,9 +49,10 @@ def test_the_int8_vocoder_sounds_like_fp32_and_runs_int8_kernels(dtype):
     # Every layer marked for int8 became a oneDNN int8 kernel; none of them is the float tail.
     assert done.int8_kernels == len(done.quantized) >= 10
     assert report.quantized == [f"dec.{layer}" for layer in done.quantized]
-    assert "conv_post" not in done.quantized and "transposed" in done.kept_float["ups.0"]
+    # The upsampling layers run as plain convolutions (`FrameUpsample`), so they are int8 too.
+    assert "conv_post" not in done.quantized and "ups.2" in done.quantized
     for take, ref in zip(_vocode(backend, latents), reference, strict=True):
-        # Measured: PESQ 4.1-4.3 and 16-19 dB. Noise at 10 dB SNR scores PESQ under 2; a
+        # Measured: PESQ 4.1-4.2 and 15-21 dB. Noise at 10 dB SNR scores PESQ under 2; a
         # kernel that saturates, or reads its input with the wrong strides, scores below 0 dB.
         assert agreement_db(torch.from_numpy(take), torch.from_numpy(ref)) > 12
         scores = fidelity(take, ref, backend.sample_rate)
