@@ -7,7 +7,7 @@ import torch
 
 from lab.config import PipelineConfig
 from lab.metrics.timers import StageTimer
-from lab.models.piper_backend import FRAME_STEP, PiperBackend, padded_length
+from lab.models.piper_backend import FRAME_STEP, ID_STEP, PiperBackend, padded_length
 
 
 def test_padded_lengths_are_few_and_add_less_than_a_step_or_an_eighth():
@@ -23,7 +23,7 @@ def test_a_padded_sentence_sounds_as_it_does_unpadded():
     voice's own stages run at the sentence's exact lengths, with the same noise."""
     backend = PiperBackend.load(PipelineConfig(device="cpu", stream=False), torch.device("cpu"))
     ids = backend.prepare("Padding to shared lengths must leave every sample as it was.")[0][0]
-    assert padded_length(len(ids), 16) > len(ids)  # this sentence does get padded
+    assert padded_length(len(ids), ID_STEP) > len(ids)  # this sentence does get padded
     audio = backend._batch([ids], [5], StageTimer("cpu"))[0]
     model, scales = backend.model, backend.scales
     with torch.inference_mode():
