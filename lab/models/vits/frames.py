@@ -89,9 +89,8 @@ class FrameUpsample(nn.ConvTranspose1d):
                         padding=(0, 1)).contiguous(memory_format=torch.channels_last)
         n, t1 = rows.shape[0], rows.shape[-1]
         width, start = (t1 - 1) * s, self.padding[0] * c
-        if n == 1:  # a view, with the strides of a contiguous channels-last tensor
-            flat = rows.permute(0, 2, 3, 1).reshape(-1)[start : start + width * c]
-            return flat.reshape(1, 1, width, c).permute(0, 3, 1, 2)
         flat = rows.permute(0, 2, 3, 1).reshape(n, -1)[:, start : start + width * c]
+        if n == 1:  # one item's samples are contiguous: a view with channels-last strides
+            flat = flat[0]
         up = flat.reshape(n, 1, width, c).permute(0, 3, 1, 2)
-        return up.contiguous(memory_format=torch.channels_last)
+        return up if n == 1 else up.contiguous(memory_format=torch.channels_last)
