@@ -19,9 +19,10 @@ parallel PyTorch work keeps its own OpenMP thread team, and once a process holds
 threads than cores, OpenMP stops spinning between parallel regions and sleeps instead. A
 pipeline warmed up on the caller's thread and served on the worker's had two teams, and its
 streams ran about three times slower per step on two cores. For the same reason the thread
-exits once it has had no work for `LINGER_S`, and the next job starts a new one: two pipelines
-of one process (an A/B in the app, fp32 beside int8 in a benchmark) then keep one team between
-them unless both are busy within that time. A caller's back-to-back requests keep the thread.
+exits once it has had no work for `LINGER_S`, and the next job starts a new one. A caller's
+back-to-back requests keep the thread; a worker that takes up work dismisses every other idle,
+lingering one at once, so two pipelines of one process (an A/B in the app, configs taking turns
+in a benchmark or notebook) keep one team between them unless both are busy.
 
 An asyncio caller (the HTTP server) takes a stream with `astream`: the worker hands what a
 round produced to the event loop at the round's end, so no thread blocks on each request's
@@ -133,6 +134,20 @@ class BatchJob:
 # next sentence 5 ms in fp32 and 10 ms with int8-static (its first attention layer), about a
 # sixth of a short sentence, when every sentence of a caller's loop started a thread.
 LINGER_S = 0.2
+_LEAVE = object()  # put in a lingering worker's inbox: exit now
+_lingering: weakref.WeakSet[Worker] = weakref.WeakSet()
+_lingering_lock = threading.Lock()
+
+
+def _dismiss_lingering(but: Worker) -> None:
+    """Tell every idle, lingering worker other than `but` to exit. Its team beside the one
+    about to work made OpenMP throttle its spinning: pipelines taking turns in one process
+    ran the default voice's text stages in 91-94 ms instead of 52-59 (six pipelines in turn,
+    2 cores)."""
+    with _lingering_lock:
+        idle = [worker for worker in _lingering if worker is not but]
+    for worker in idle:
+        worker._inbox.put(_LEAVE)
 
 
 class Worker:
@@ -155,9 +170,11 @@ class Worker:
 
     def _ensure_running(self) -> None:
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-                self._thread.start()
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self._thread.start()
+        _dismiss_lingering(self)
 
     def stream(self, start: StreamFactory, cancel: threading.Event | None = None
                ) -> Generator[Any, None, Any]:
@@ -219,17 +236,20 @@ class Worker:
 
     def close(self) -> None:
         """Wait until the thread has finished the jobs it holds; it then exits, as it does
-        whenever it runs out of work, and a later job starts a new one."""
+        whenever it runs out of work (at once if it is lingering), and a later job starts a
+        new one."""
         with self._lock:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
+            self._inbox.put(_LEAVE)
             thread.join()
 
     def _take(self) -> list:
+        """The waiting jobs; a dismissal that came too late to act on is dropped."""
         jobs, self._early = self._early, []
         while not self._inbox.empty():
             jobs.append(self._inbox.get_nowait())
-        return jobs
+        return [job for job in jobs if job is not _LEAVE]
 
     def _loop(self) -> None:
         """Serve until nothing is left to do for `LINGER_S`, then exit: an idle thread would
@@ -245,19 +265,28 @@ class Worker:
 
     def _work_arrives(self) -> bool:
         """Whether a job arrives within `LINGER_S` of running out of work (it is then the first
-        one `_take` hands over)."""
+        one `_take` hands over), before another worker dismisses this one."""
+        with _lingering_lock:
+            _lingering.add(self)
         try:
-            self._early.append(self._inbox.get(timeout=LINGER_S))
+            job = self._inbox.get(timeout=LINGER_S)
         except queue.Empty:
             return False
+        finally:
+            with _lingering_lock:
+                _lingering.discard(self)
+        if job is _LEAVE:
+            return False
+        self._early.append(job)
+        _dismiss_lingering(self)
         return True
 
     def _exit(self) -> None:
         """Leave, unless a job arrived after the last look at the inbox: its caller saw this
         thread alive and started none, so a successor takes it."""
-        with self._lock:
+        with self._lock, self._inbox.mutex:
             self._thread = None
-            waiting = not self._inbox.empty()
+            waiting = any(job is not _LEAVE for job in self._inbox.queue)
         if waiting:
             self._ensure_running()
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import lab.engine.graphs as graphs
+import lab.worker
 from lab.config import ConfigError, load_preset
 from lab.metrics.repeats import pinned_threads
 from lab.models.orpheus_format import AudioTokenConstraint
@@ -401,6 +402,25 @@ def test_a_job_within_the_linger_keeps_the_thread_and_an_idle_one_leaves_after_i
         assert worker.call(threading.current_thread) is not first
     finally:
         worker.close()
+
+
+def test_a_worker_taking_up_work_dismisses_another_that_lingers(monkeypatch):
+    """Two pipelines taking turns keep one thread (one OpenMP team) between them: the idle one
+    leaves as soon as the other starts work, however long it would have lingered."""
+    monkeypatch.setattr(lab.worker, "LINGER_S", 60.0)
+    owners = _Echo(), _Echo()
+    first, second = Worker("first", owners[0].run), Worker("second", owners[1].run)
+    try:
+        lingering = first.call(threading.current_thread)
+        assert lingering.is_alive(), "with nothing else at work, the thread lingers"
+        busy = second.call(threading.current_thread)
+        lingering.join(timeout=20)
+        assert not lingering.is_alive() and first._thread is None
+        assert second.call(threading.current_thread) is busy
+        assert first.call(threading.current_thread) is not lingering  # a new thread serves it
+    finally:
+        first.close()  # a lingering thread leaves at once when its worker closes
+        second.close()
 
 
 def test_a_call_that_fails_on_the_worker_raises_for_its_caller_and_the_worker_goes_on():
