@@ -22,11 +22,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only PyTorch ships without Triton
-    triton = None
+from lab.quant.triton_site import tl, triton
 
 BLOCK_N = 64
 TARGET_PROGRAMS = 264  # two per streaming multiprocessor of an H100: enough to fill it

@@ -145,10 +145,15 @@ class GraphedDecoder:
         head = {rows: torch.compile(call_head, **o) for rows, o in options.items()}
         mixed = (_any_key_length(torch.compile(call_mixed_block, **options[2]), (4, 6))
                  if self.prefill_tokens else None)  # compiled only where a chunk can ride
-        return lambda tokens, positions, view, pre=(): (
-            model.forward_mixed(tokens, positions, view, *pre, block_fn=mixed, head_fn=head[2])
-            if pre else model(tokens, positions, view, block_fn=block[min(len(tokens), 2)],
-                              head_fn=head[min(len(tokens), 2)]))
+
+        def step(tokens, positions, view, pre=()):
+            if pre:
+                return model.forward_mixed(tokens, positions, view, *pre, block_fn=mixed,
+                                           head_fn=head[2])
+            rows = min(len(tokens), 2)
+            return model(tokens, positions, view, block_fn=block[rows], head_fn=head[rows])
+
+        return step
 
     def bucket_for(self, batch: int) -> int:
         return smallest_bucket(self.buckets, batch, "batch")

@@ -18,21 +18,14 @@ runs on CPU tensors too.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch import nn
 
+from lab.quant.triton_site import runs_kernels, tl, triton
+
 EPS = 1e-9
 BLOCK = 1024
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only PyTorch ships without Triton
-    triton = None
-
 if triton is not None:
 
     @triton.jit
@@ -61,7 +54,7 @@ def snake_reference(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
 
 def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """Snake over x [B, C, ...] with alpha [1, C, 1]: one kernel on CUDA, eager elsewhere."""
-    if triton is None or (x.device.type != "cuda" and not INTERPRETED):
+    if not runs_kernels(x):
         return snake_reference(x, alpha)
     x = x.contiguous()
     out = torch.empty_like(x)

@@ -1,6 +1,7 @@
-"""Where the lab's Triton weight kernels run: on a CUDA device, or on a CPU under Triton's
-interpreter (TRITON_INTERPRET=1, how the tests check them without a GPU). One answer for every
-kernel module, so a kernel and its routing never disagree about it."""
+"""Where the lab's Triton kernels run: on a CUDA device, or on a CPU under Triton's interpreter
+(TRITON_INTERPRET=1, how the tests check them without a GPU). One answer for every kernel
+module (weights, decode attention, SNAC's activation), so a kernel and its routing never
+disagree about it."""
 
 from __future__ import annotations
 
