@@ -50,6 +50,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "decode_interval": (1, 512),
     "max_decode_interval": (0, 512),
     "first_chunk_frames": (0, 640),
+    "first_chunk_wait": (0, 640),
     "overlap": (0, 128),
     "crossfade_ms": (0.0, 50.0),
     "max_chars": (1, 100_000),
@@ -95,7 +96,10 @@ class PipelineConfig:
     0 keeps every chunk at `decode_interval`. Its first chunk emits `first_chunk_frames`
     (0: `decode_interval`, at most `decode_interval + overlap`) at the moment the first
     `decode_interval` frames would go out, with less right context for its end: the same time
-    to first audio, more audio in hand against an early slow step.
+    to first audio, more audio in hand against an early slow step. `first_chunk_wait` (0:
+    `decode_interval + overlap`, at least `decode_interval`) is how many frames the first
+    chunk waits for: fewer bring the first audio forward, with less right context for the first
+    chunk's end, and `first_chunk_frames` then lies within it.
 
     `kv_dtype`, `mixed_prefill` and `prefix_cache` shape how an autoregressive engine serves
     many streams (see `lab.engine.engine.EngineConfig` and `lab.engine.prefix`): K/V stored
@@ -120,6 +124,7 @@ class PipelineConfig:
     decode_interval: int = 24
     max_decode_interval: int = 0
     first_chunk_frames: int = 0
+    first_chunk_wait: int = 0
     overlap: int = 12
     crossfade_ms: float = 4.0
     compile: str = "none"
@@ -149,16 +154,26 @@ class PipelineConfig:
             raise ConfigError(f"max_decode_interval={self.max_decode_interval} is below "
                               f"decode_interval={self.decode_interval}; set 0 for chunks of "
                               f"decode_interval frames only, or a value >= decode_interval")
-        if self.first_chunk_frames and not (
-                self.decode_interval <= self.first_chunk_frames
-                <= self.decode_interval + self.overlap):
-            raise ConfigError(f"first_chunk_frames={self.first_chunk_frames} must lie in "
-                              f"[decode_interval, decode_interval + overlap] = "
-                              f"[{self.decode_interval}, {self.decode_interval + self.overlap}], "
-                              f"or be 0 for decode_interval")
+        self._check_first_chunk()
         if self.crossfade_ms > 0 and self.overlap == 0:
             raise ConfigError("crossfade_ms > 0 blends chunks over their shared context, so it "
                               "needs overlap >= 1; set crossfade_ms: 0 for no overlap")
+
+    def _check_first_chunk(self) -> None:
+        """The first chunk waits for at most a full window's right context and emits no more
+        frames than it waited for."""
+        widest = self.decode_interval + self.overlap
+        if self.first_chunk_wait and not self.decode_interval <= self.first_chunk_wait <= widest:
+            raise ConfigError(f"first_chunk_wait={self.first_chunk_wait} must lie in "
+                              f"[decode_interval, decode_interval + overlap] = "
+                              f"[{self.decode_interval}, {widest}], or be 0 for "
+                              f"decode_interval + overlap")
+        ready, bound = ((self.first_chunk_wait, "first_chunk_wait") if self.first_chunk_wait
+                        else (widest, "decode_interval + overlap"))
+        if self.first_chunk_frames and not self.decode_interval <= self.first_chunk_frames <= ready:
+            raise ConfigError(f"first_chunk_frames={self.first_chunk_frames} must lie in "
+                              f"[decode_interval, {bound}] = [{self.decode_interval}, {ready}], "
+                              f"or be 0 for decode_interval")
 
     def replace(self, **changes: object) -> PipelineConfig:
         """A copy with some fields changed, validated like a preset.

@@ -129,3 +129,12 @@ def test_a_first_chunk_lies_between_the_decode_interval_and_its_right_context():
         PipelineConfig(decode_interval=2, overlap=2, first_chunk_frames=1)
     cfg = PipelineConfig(decode_interval=1, overlap=2, first_chunk_frames=3)
     assert cfg.first_chunk_frames == 3
+    with pytest.raises(ConfigError, match=r"first_chunk_wait=4 must lie in "
+                                          r"\[decode_interval, decode_interval \+ overlap\] "
+                                          r"= \[1, 3\]"):
+        PipelineConfig(decode_interval=1, overlap=2, first_chunk_wait=4)
+    with pytest.raises(ConfigError, match=r"first_chunk_frames=3 must lie in "
+                                          r"\[decode_interval, first_chunk_wait\] = \[1, 2\]"):
+        PipelineConfig(decode_interval=1, overlap=2, first_chunk_frames=3, first_chunk_wait=2)
+    cfg = PipelineConfig(decode_interval=1, overlap=2, first_chunk_frames=2, first_chunk_wait=2)
+    assert (cfg.first_chunk_frames, cfg.first_chunk_wait) == (2, 2)

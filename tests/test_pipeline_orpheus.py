@@ -108,7 +108,8 @@ def greedy_by_serving_knobs():
     knobs = {"plain": {}, "prefix": {"prefix_cache": True}, "mixed": {"mixed_prefill": 8},
              "fp8": {"kv_dtype": "fp8-e4m3"}, "side": {"codec_side_stream": True},
              "grow": {"max_decode_interval": 8}, "codec_bf16": {"codec_dtype": "bf16"},
-             "first": {"first_chunk_frames": 3}}
+             "first": {"first_chunk_frames": 3},
+             "wait": {"first_chunk_frames": 2, "first_chunk_wait": 2}}
     return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
                                        sampling={"temperature": 0.0, "max_tokens": 42}))
             for name, extra in knobs.items()}
@@ -201,4 +202,15 @@ def test_a_bigger_first_chunk_reaches_the_decoder(greedy_by_serving_knobs):
     text, frame = "Three short words.", pipe.backend.tts.codec.frame_samples
     ours, theirs = (list(p.stream(text)) for p in (pipe, plain))
     assert len(ours[0].audio) == 3 * frame and len(theirs[0].audio) == frame
+    assert sum(map(len, (c.audio for c in ours))) == sum(map(len, (c.audio for c in theirs)))
+
+
+def test_a_first_chunk_that_waits_for_two_frames_reaches_the_decoder(greedy_by_serving_knobs):
+    """The first chunk leaves once two frames exist and carries both; the rest of the audio
+    is the plain pipeline's length."""
+    pipe, plain = greedy_by_serving_knobs["wait"], greedy_by_serving_knobs["plain"]
+    assert pipe.backend.tts.decoder.window.ready == 2
+    text, frame = "Three short words.", pipe.backend.tts.codec.frame_samples
+    ours, theirs = (list(p.stream(text)) for p in (pipe, plain))
+    assert len(ours[0].audio) == 2 * frame and len(theirs[0].audio) == frame
     assert sum(map(len, (c.audio for c in ours))) == sum(map(len, (c.audio for c in theirs)))

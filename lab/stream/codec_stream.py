@@ -55,6 +55,11 @@ class StreamWindow:
     hand, so a slow step early in the stream does not run it dry, and the end of that first
     chunk is decoded with less context than the rest.
 
+    `wait` (0: `hop + right`) is how many frames the first chunk waits for, between `hop` and
+    `hop + right`. Fewer frames bring the first audio forward by a frame's tokens each (7 LM
+    steps for SNAC), for less right context at the first chunk's end; `first` then lies in
+    [hop, wait].
+
     The defaults are the reference Orpheus decoder's choice: a 4-frame window whose second
     frame is kept.
     """
@@ -64,6 +69,7 @@ class StreamWindow:
     right: int = 2
     max_hop: int = 0
     first: int = 0
+    wait: int = 0
 
     def __post_init__(self) -> None:
         if self.hop < 1 or self.left < 0 or self.right < 0:
@@ -71,9 +77,18 @@ class StreamWindow:
         if self.max_hop and self.max_hop < self.hop:
             raise CodecError(f"max_hop={self.max_hop} is below hop={self.hop}; use 0 for "
                              f"chunks of hop frames only, or a value >= hop")
-        if self.first and not self.hop <= self.first <= self.hop + self.right:
-            raise CodecError(f"first={self.first} must lie in [hop, hop + right] = "
-                             f"[{self.hop}, {self.hop + self.right}], or be 0 for hop")
+        if self.wait and not self.hop <= self.wait <= self.hop + self.right:
+            raise CodecError(f"wait={self.wait} must lie in [hop, hop + right] = "
+                             f"[{self.hop}, {self.hop + self.right}], or be 0 for hop + right")
+        if self.first and not self.hop <= self.first <= self.ready:
+            bound = "wait" if self.wait else "hop + right"
+            raise CodecError(f"first={self.first} must lie in [hop, {bound}] = "
+                             f"[{self.hop}, {self.ready}], or be 0 for hop")
+
+    @property
+    def ready(self) -> int:
+        """Frames that must exist before the first chunk goes out."""
+        return self.wait or self.hop + self.right
 
     @functools.cached_property
     def hops(self) -> tuple[int, ...]:
@@ -141,8 +156,9 @@ class StreamingDecoder:
 
     Call `push` as frames arrive and `close` when a stream ends; `decode_due()` then returns at
     most one chunk per stream, from one codec call per distinct window length. The first chunk
-    goes out as soon as `hop + right` frames exist (its left context is simply missing), so the
-    first audio waits for right context only; it emits `hop` frames, or the window's `first`.
+    goes out as soon as `hop + right` frames exist, or the window's `wait` (its left context is
+    simply missing), so the first audio waits for right context only; it emits `hop` frames, or
+    the window's `first`.
     From the `left`-th chunk on every window is `left + hop + right` frames long.
 
     Where the window lets chunks grow (`max_hop`), a stream ready to emit waits for a bigger
@@ -208,9 +224,9 @@ class StreamingDecoder:
         if flush:
             start = max(0, n - w.frames)
             return _Job(sid, s.chunks, start, n, done, n, True)
-        if s.chunks == 0 and w.first:
-            have = w.hop + w.right
-            return _Job(sid, 0, 0, have, 0, w.first, False) if n >= have else None
+        if s.chunks == 0 and (w.first or w.wait):
+            have = w.ready
+            return _Job(sid, 0, 0, have, 0, w.first or w.hop, False) if n >= have else None
         take = self._take(s, n - done - w.right, now)
         if take is None:
             return None

@@ -37,6 +37,7 @@ KNOB_FIELDS = (
     "decode_interval",
     "max_decode_interval",
     "first_chunk_frames",
+    "first_chunk_wait",
     "overlap",
     "crossfade_ms",
     "seed",
@@ -65,6 +66,7 @@ LABELS = {
     "decode_interval": "Decode interval (frames)",
     "max_decode_interval": "Grow chunks up to (frames; 0 = fixed)",
     "first_chunk_frames": "First chunk (frames; 0 = decode interval)",
+    "first_chunk_wait": "First chunk waits for (frames; 0 = decode interval + overlap)",
     "overlap": "Window overlap (frames)",
     "crossfade_ms": "Crossfade (ms)",
     "seed": "Sampling seed",
@@ -80,7 +82,7 @@ LABELS = {
     "sampling": "Sampling (temperature, top-p)",
 }
 STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1,
-         "first_chunk_frames": 1, "mixed_prefill": 8,
+         "first_chunk_frames": 1, "first_chunk_wait": 1, "mixed_prefill": 8,
          "overlap": 1, "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
 
 
@@ -224,6 +226,7 @@ class Knobs:
     decode_interval: gr.Slider
     max_decode_interval: gr.Slider
     first_chunk_frames: gr.Slider
+    first_chunk_wait: gr.Slider
     overlap: gr.Slider
     crossfade_ms: gr.Slider
     seed: gr.Number
@@ -296,9 +299,10 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
                       elem_id=f"{key}-ar-engine") as engine:
         with gr.Row():
             kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
-            mixed_prefill, max_interval, first_chunk = (
+            mixed_prefill, max_interval, first_chunk, first_wait = (
                 _slider(n, v[n], key, fam)
-                for n in ("mixed_prefill", "max_decode_interval", "first_chunk_frames"))
+                for n in ("mixed_prefill", "max_decode_interval", "first_chunk_frames",
+                          "first_chunk_wait"))
             batching, graphs, prefix_cache, side_stream = (
                 _checkbox(n, v[n], key, fam)
                 for n in ("continuous_batching", "cuda_graphs", "prefix_cache",
@@ -307,7 +311,7 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
             temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, codec_dtype, quant, compile_mode, batch_size,
-                  decode_interval, max_interval, first_chunk, overlap, crossfade, seed,
+                  decode_interval, max_interval, first_chunk, first_wait, overlap, crossfade, seed,
                   kv_cache, kv_dtype, mixed_prefill, batching, graphs, prefix_cache,
                   side_stream, temperature, top_p, note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],

@@ -259,16 +259,35 @@ def test_benchmark_smoke_runs_and_writes_json_and_markdown(tmp_path):
 def test_benchmark_builds_what_the_server_builds_for_a_preset(tmp_path):
     bench = load_streams_benchmark()
     result = bench.main(["--smoke", "--preset", "orpheus-tiny-cpu", "--set", "overlap=1",
-                         "--set", "max_decode_interval=4", "--streams", "", "--out",
-                         str(tmp_path)])
-    assert result["window"] == "1,1,1,4,0" and result["preset"] == "orpheus-tiny-cpu"
+                         "--set", "max_decode_interval=4", "--set", "first_chunk_wait=1",
+                         "--streams", "", "--snac-table", "off", "--out", str(tmp_path)])
+    assert result["window"] == "1,1,1,4,0,1" and result["preset"] == "orpheus-tiny-cpu"
+    assert result["snac"] == []
+    own = result["windows"][-1]  # the run's own window, checked against a one-shot decode
+    assert own["window"] == "1,1,1 wait=1" and own["first_audio_after_tokens"] == 7
+    assert own["first_chunk_snr_db"] < result["windows"][0]["first_chunk_snr_db"]
     assert result["lm"] == "tiny-llama" and result["decode_mode"] == "eager"
     rows = result["open_loop"]["rows"]
     assert all(r["finished"] == r["requests"] for r in rows)  # no early end-of-speech
     md = (tmp_path / "orpheus_streams_smoke.md").read_text()
-    assert "builds preset `orpheus-tiny-cpu` with `overlap=1` `max_decode_interval=4`" in md
+    assert ("builds preset `orpheus-tiny-cpu` with `overlap=1` `max_decode_interval=4` "
+            "`first_chunk_wait=1`") in md
+    assert "## SNAC window decode" not in md and "## Streaming window vs one-shot" in md
     with pytest.raises(SystemExit):
         bench.main(["--smoke", "--preset", "cpu-default", "--out", str(tmp_path)])
+
+
+def test_the_streams_target_needs_every_part_at_one_rate():
+    """128 streams in flight on average, none below real time and TTFA p95 <= 250 ms, all at
+    the same arrival rate."""
+    bench = load_streams_benchmark()
+    held = {"rate": 50.0, "active_mean": 130.0, "below_realtime_share": 0.0, "ttfa_ms_p95": 220.0}
+    rows = [held, {**held, "rate": 54.0, "ttfa_ms_p95": 251.0},
+            {**held, "rate": 40.0, "active_mean": 115.0},
+            {**held, "rate": 60.0, "below_realtime_share": 0.01}]
+    assert bench.targets([], rows)["open_loop"] == "met at 50 arrivals/s"
+    assert bench.targets([], rows[1:])["open_loop"] == "missed"
+    assert bench.targets([], [])["open_loop"] == "not run"
 
 
 def test_benchmark_measures_a_cloned_voice_with_and_without_its_prefix_cached(tmp_path):

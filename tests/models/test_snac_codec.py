@@ -239,6 +239,34 @@ def test_a_bigger_first_chunk_leaves_at_the_same_moment_and_the_rest_stay_exact(
     assert snr_db(ref[:first * n], joined[:first * n]) > 20.0
 
 
+@pytest.mark.parametrize("wait,first", [(1, 0), (2, 0), (2, 2)])
+def test_a_first_chunk_that_waits_for_fewer_frames_leaves_sooner(codec, wait, first):
+    """The first chunk goes out once `wait` frames exist instead of `hop + right`: first audio
+    comes `hop + right - wait` frames sooner. Its end had less right context, so it alone differs
+    from the one-shot decode; from the chunk after it every window is whole and exact."""
+    window = StreamWindow(hop=1, left=3, right=3, first=first, wait=wait)
+    frames = codes(1, 12, seed=11)
+    out, first_step, _ = stream(codec, window, frames, [12])
+    chunks, n, emitted = out[0], codec.frame_samples, first or 1
+    assert first_step[0] == wait
+    assert len(chunks[0].audio) == emitted * n
+    assert [len(c.audio) // n for c in chunks[1:-1]] == [1] * (len(chunks) - 2)
+    ref = codec.decode(frames)[0]
+    joined = torch.cat([c.audio for c in chunks])
+    assert joined.shape == ref.shape
+    assert snr_db(ref[(emitted + 3) * n:], joined[(emitted + 3) * n:]) >= 100.0
+    assert 20.0 < snr_db(ref[:emitted * n], joined[:emitted * n]) < 100.0
+
+
+def test_a_first_chunk_wait_outside_the_window_is_refused():
+    with pytest.raises(CodecError, match=r"wait=4 must lie in \[hop, hop \+ right\] = \[1, 3\]"):
+        StreamWindow(hop=1, right=2, wait=4)
+    with pytest.raises(CodecError, match=r"first=3 must lie in \[hop, wait\] = \[1, 2\]"):
+        StreamWindow(hop=1, right=2, first=3, wait=2)
+    assert StreamWindow(hop=1, right=2, wait=2).ready == 2
+    assert StreamWindow(hop=1, right=2).ready == 3
+
+
 def test_a_first_chunk_outside_the_window_is_refused():
     with pytest.raises(CodecError, match=r"first=4 must lie in \[hop, hop \+ right\] = \[1, 3\]"):
         StreamWindow(hop=1, right=2, first=4)

@@ -70,7 +70,7 @@ def _moved(name: str, base: PipelineConfig) -> object:
     """A valid value of widget `name` other than its default, for the preset `base` (the
     first chunk's bounds follow its decode interval and overlap)."""
     default = dict(zip(KNOB_FIELDS, knob_values(PipelineConfig()), strict=True))[name]
-    if name == "first_chunk_frames":
+    if name in ("first_chunk_frames", "first_chunk_wait"):
         return base.decode_interval + base.overlap
     if name in CHOICES:
         return next(c for c in CHOICES[name] if c != default)

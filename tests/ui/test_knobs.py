@@ -169,8 +169,8 @@ def test_numeric_knob_ranges_are_the_config_limits(built_app):
     limits = {**LIMITS, **SAMPLING_LIMITS}
     numeric = [n for n in KNOB_FIELDS if n in limits]
     assert numeric == ["batch_size", "decode_interval", "max_decode_interval",
-                       "first_chunk_frames", "overlap", "crossfade_ms", "seed", "mixed_prefill",
-                       "temperature", "top_p"]
+                       "first_chunk_frames", "first_chunk_wait", "overlap", "crossfade_ms",
+                       "seed", "mixed_prefill", "temperature", "top_p"]
     for panel in built_app.panels:
         for name in numeric:
             widget = _knob(built_app, panel, name)
