@@ -158,11 +158,13 @@ def int4_rows_reference(x: torch.Tensor, plain: PlainInt4) -> torch.Tensor:
 
 
 def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
-    """(block_m, block_n, warps, stages) for `rows` x `n`: row tiles as tall as the rows (16 to
-    64, what the dot takes), and the column tile, warps and stages that were fastest at 64
-    rows on an H100 out of 18 tried (columns 16-64, 4 or 8 warps, 2-4 stages): 0.62 ms for
-    four Orpheus-3B blocks' linears, against 0.36 in bf16."""
-    return min(64, max(16, triton.next_power_of_2(rows))), 32, 4, 3
+    """(block_m, block_n, warps, stages) for `rows` x `n`: 64-row tiles whatever the rows (on
+    an H100, four Orpheus-3B blocks' linears took 0.62-0.64 ms at 17 to 64 rows with them,
+    0.77-0.80 ms at 17 to 32 rows with 32-row tiles:
+    `benchmarks/results/linear_kernels_int4_m64.md`), and the column tile, warps and stages
+    that were fastest at 64 rows out of 18 tried (columns 16-64, 4 or 8 warps, 2-4 stages):
+    0.62 ms against 0.36 in bf16."""
+    return 64, 32, 4, 3
 
 
 def takes(x: torch.Tensor) -> bool:
