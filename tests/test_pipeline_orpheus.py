@@ -194,23 +194,14 @@ def test_the_codec_runs_in_its_own_precision_and_only_the_codec_rounds(greedy_by
     assert snr_db > 20, snr_db
 
 
-def test_a_bigger_first_chunk_reaches_the_decoder(greedy_by_serving_knobs):
-    """The first chunk carries three frames where the plain pipeline's carries one, after the
-    same number of tokens; the audio has the same length."""
-    pipe, plain = greedy_by_serving_knobs["first"], greedy_by_serving_knobs["plain"]
-    assert pipe.backend.tts.decoder.window.first == 3
+@pytest.mark.parametrize(("knobs", "frames", "ready"), [("first", 3, 3), ("wait", 2, 2)])
+def test_the_first_chunks_knobs_reach_the_decoder(greedy_by_serving_knobs, knobs, frames, ready):
+    """The first chunk leaves once `ready` frames exist and carries `frames` of them, where the
+    plain pipeline's carries one after three; the audio has the same length. ("first": three
+    frames after the same number of tokens; "wait": two frames, one frame's tokens sooner.)"""
+    pipe, plain = greedy_by_serving_knobs[knobs], greedy_by_serving_knobs["plain"]
+    assert pipe.backend.tts.decoder.window.ready == ready
     text, frame = "Three short words.", pipe.backend.tts.codec.frame_samples
     ours, theirs = (list(p.stream(text)) for p in (pipe, plain))
-    assert len(ours[0].audio) == 3 * frame and len(theirs[0].audio) == frame
-    assert sum(map(len, (c.audio for c in ours))) == sum(map(len, (c.audio for c in theirs)))
-
-
-def test_a_first_chunk_that_waits_for_two_frames_reaches_the_decoder(greedy_by_serving_knobs):
-    """The first chunk leaves once two frames exist and carries both; the rest of the audio
-    is the plain pipeline's length."""
-    pipe, plain = greedy_by_serving_knobs["wait"], greedy_by_serving_knobs["plain"]
-    assert pipe.backend.tts.decoder.window.ready == 2
-    text, frame = "Three short words.", pipe.backend.tts.codec.frame_samples
-    ours, theirs = (list(p.stream(text)) for p in (pipe, plain))
-    assert len(ours[0].audio) == 2 * frame and len(theirs[0].audio) == frame
+    assert len(ours[0].audio) == frames * frame and len(theirs[0].audio) == frame
     assert sum(map(len, (c.audio for c in ours))) == sum(map(len, (c.audio for c in theirs)))
