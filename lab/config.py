@@ -46,7 +46,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 # Inclusive bounds of the numeric knobs. Validation enforces them and the app's sliders are
 # built from them, so every value a preset may hold is a value the app can show.
 LIMITS: dict[str, tuple[float, float]] = {
-    "batch_size": (1, 256),
+    "batch_size": (1, 512),
     "decode_interval": (1, 512),
     "max_decode_interval": (0, 512),
     "first_chunk_frames": (0, 640),

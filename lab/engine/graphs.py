@@ -41,7 +41,7 @@ from lab.engine.llm import call_block, call_head, call_mixed_block
 from lab.engine.slots import bucket_sizes, smallest_bucket
 from lab.quant.compile import COMPILED_MODES, decode_options
 
-BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 KEY_BASE = 64
 MODES = ("eager", "cuda-graph", *COMPILED_MODES)
 Shape = tuple[int, int, int]  # (batch bucket, key bucket, prompt tokens) of one captured step

@@ -98,16 +98,16 @@ def test_the_plan_sets_the_engine_slots_and_leaves_the_voice_alone():
     assert voice_plan.apply(voice) is voice
 
 
-def test_the_80_gb_row_for_orpheus_3b_in_bf16_is_the_hand_computation():
+def _hand_planned(slots: int) -> tuple[int, int, int, int]:
+    """Orpheus-3B in bf16 with `slots` slots, counted by hand from its `LMConfig`: (weights,
+    KV bytes a position, positions a slot, planned bytes before the codec)."""
     lm, b = LM_SHAPES["orpheus-3b"], 2  # bf16
     params = lm.n_params  # embeddings and head untied: about 3.8e9
     assert 3.7e9 < params < 3.9e9
     weights = params * b + 2 * lm.max_seq_len * lm.head_dim * b  # plus the rotary tables
     positions = min(ORPHEUS.sampling.max_tokens + 256, lm.max_seq_len)  # + the prompt room
     per_position = 2 * lm.n_layers * lm.n_kv_heads * lm.head_dim * b  # K and V, every layer
-    free = 81559 * 2**20 - GIB  # nvidia-smi's H100 total less the CUDA context
-    slots = 256  # the config's largest batch_size: memory holds more, as below
-    # Activations of 256 rows: a prefill chunk of 4096 tokens (hidden states and attention
+    # Activations of `slots` rows: a prefill chunk of 4096 tokens (hidden states and attention
     # scores over the cache), fp32 logits and sampling per row, the token mask, and the SNAC's
     # longest window (2 + 8 + 2 frames: chunks grow to 8, with 2 of context each side, of 2048
     # samples at 1300 bytes a sample) per row.
@@ -115,20 +115,32 @@ def test_the_80_gb_row_for_orpheus_3b_in_bf16_is_the_hand_computation():
               + 4 * lm.dim) * b
     activations = (4096 * (hidden + lm.n_heads * positions * 4) + slots * lm.vocab_size * 24
                    + slots * lm.vocab_size + slots * 12 * 2048 * 1300)
-    planned_activations = math.ceil(activations * (1 + FRAGMENTATION))
-    planned = weights + per_position * positions * slots + planned_activations
-    assert planned < HEADROOM * free  # so the ceiling binds, not memory
+    planned = (weights + per_position * positions * slots
+               + math.ceil(activations * (1 + FRAGMENTATION)))
+    return weights, per_position, positions, planned
 
+
+def test_the_80_gb_row_for_orpheus_3b_in_bf16_is_the_hand_computation():
+    """On an H100 memory binds: the most slots whose hand count fits 90% of free memory."""
+    free = 81559 * 2**20 - GIB  # nvidia-smi's H100 total less the CUDA context
     plan = plan_for_card(ORPHEUS, CARDS["80 GB"])
+    slots = plan.slots
+    weights, per_position, positions, planned = _hand_planned(slots)
+    assert planned + plan.codec <= HEADROOM * free < _hand_planned(slots + 1)[3] + plan.codec
+    assert slots == 326 < MAX_SLOTS and plan.bound == "memory"
     assert plan.free_bytes == free and CUDA_CONTEXT_BYTES == GIB
     assert plan.weights == weights and round(weights / GIB, 1) == 7.0
     assert plan.cache_len == positions == 1456
     assert plan.kv_per_position == per_position == 112 * 2**10
     assert plan.kv_per_slot == per_position * positions
-    assert plan.slots == slots == MAX_SLOTS and plan.bound.startswith("the largest batch_size")
-    assert plan.activations == planned_activations
     assert plan.planned == planned + plan.codec  # the SNAC codec, counted in fp32
-    assert round(plan.planned / GIB, 1) == 57.2
+    assert round(plan.planned / GIB, 1) == 70.7
+
+
+def test_the_141_gb_row_takes_the_largest_batch_size():
+    plan = plan_for_card(ORPHEUS, CARDS["141 GB"])
+    assert plan.slots == MAX_SLOTS == 512 and plan.bound.startswith("the largest batch_size")
+    assert plan.planned == _hand_planned(MAX_SLOTS)[3] + plan.codec
 
 
 def test_a_server_without_slots_takes_the_plans(serve_pipeline, monkeypatch):
