@@ -22,6 +22,7 @@ from lab.models.latent_decoder import LatentDecoder
 from lab.models.snac_codec import CodecError
 from lab.models.vits.generator import Generator
 from lab.quant.compile import EagerOnFailure, compile_note
+from lab.stream.codec_graphs import BATCHES, CodecGraphs, codec_graphs
 
 HOP = 256
 CHANNELS = 192
@@ -122,15 +123,20 @@ def load_codebooks(path: Path) -> torch.Tensor:
 class LatentCodec:
     """`decode(frames[B, G, levels]) -> audio[B, G * frame_samples]` through the voice's
     generator; `encode(latents[T, 192]) -> codes[G, levels]` for making training data.
-    With a `decoder`, codes become latents through it instead of the sum of k-means rows."""
+    With a `decoder`, codes become latents through it instead of the sum of k-means rows.
+    With `cuda_graphs` on a GPU, window decodes of up to `max_batch` streams replay from CUDA
+    graphs (`lab.stream.codec_graphs`): the generator is some forty convolutions, whose
+    launches would otherwise cost the host more than the GPU's work."""
 
     def __init__(self, codebooks: torch.Tensor, generator: Generator, *,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 compile_mode: str = "none", decoder: LatentDecoder | None = None) -> None:
+                 compile_mode: str = "none", decoder: LatentDecoder | None = None,
+                 cuda_graphs: bool = False, max_batch: int = BATCHES[-1]) -> None:
         self.shape = shape_of(codebooks)
         self.device, self.dtype = torch.device(device), dtype
         self.codebooks = codebooks.to(self.device, torch.float32)
-        self.decoder = None if decoder is None else decoder.to(self.device, dtype).eval()
+        self.decoder = (None if decoder is None else
+                        decoder.to(self.device, dtype).eval().requires_grad_(False))
         self.generator: nn.Module = generator.to(self.device, dtype).eval().requires_grad_(False)
         self.sample_rate = 22050
         self.frame_samples = self.shape.group_frames * HOP
@@ -143,6 +149,16 @@ class LatentCodec:
                                       dynamic=True)
         if note := compile_note(compile_mode, "the voice codec's generator"):
             self.fallbacks.append(note)
+        self.graphs: CodecGraphs | None = None
+        if cuda_graphs:
+            self.graphs = codec_graphs(self._decode_codes, self.frame_codes, self.device,
+                                       max_batch, "The voice codec's", self.fallbacks)
+
+    def capture(self, max_frames: int) -> None:
+        """Capture the decode of 1 to `max_frames` frames at every batch bucket now (when CUDA
+        graphs are on), so no stream pays for a capture; a failure lands in `fallbacks`."""
+        if self.graphs is not None:
+            self.graphs.capture_windows(max_frames, self.fallbacks)
 
     @torch.inference_mode()
     def encode(self, latents: torch.Tensor) -> torch.Tensor:
@@ -170,6 +186,9 @@ class LatentCodec:
         if frames.numel() and (frames.min() < 0 or frames.max() >= self.codebook_size):
             raise CodecError(f"codes must lie in [0, {self.codebook_size}); got "
                              f"{int(frames.min())}..{int(frames.max())}")
-        z = self.latents(frames.to(self.device, torch.long))
-        audio = self._decode(z)
-        return audio.float()
+        codes = frames.to(self.device, torch.long)
+        return self._decode_codes(codes) if self.graphs is None else self.graphs(codes)
+
+    def _decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """The device side of `decode`, what a CUDA graph captures."""
+        return self._decode(self.latents(codes)).float()

@@ -16,7 +16,7 @@ from torch import nn
 
 from lab.models.snake import fuse_snake
 from lab.quant.compile import EagerOnFailure, compile_note
-from lab.stream.codec_graphs import BATCHES, CodecGraphs
+from lab.stream.codec_graphs import BATCHES, CodecGraphs, codec_graphs
 from lab.stream.codec_stream import CodecError, StreamWindow
 
 SNAC_24KHZ = {
@@ -133,19 +133,15 @@ class SnacCodec:
             self.fallbacks.append(note)
         self._columns = [torch.tensor(cols, device=self.device) for cols in LEVEL_COLUMNS]
         self.graphs: CodecGraphs | None = None
-        if cuda_graphs and self.device.type == "cuda":
-            self.graphs = CodecGraphs(self._decode_codes, FRAME_CODES, self.device, max_batch)
-        elif cuda_graphs:
-            self.fallbacks.append(f"SNAC CUDA graphs need a CUDA device; the codec is on "
-                                  f"{self.device.type} and decodes uncaptured")
+        if cuda_graphs:
+            self.graphs = codec_graphs(self._decode_codes, FRAME_CODES, self.device, max_batch,
+                                       "SNAC", self.fallbacks)
 
     def capture(self, max_frames: int) -> None:
         """Capture the decode of 1 to `max_frames` frames at every batch bucket now (when CUDA
         graphs are on), so no stream pays for a capture; a failure lands in `fallbacks`."""
         if self.graphs is not None:
-            self.graphs.capture(range(1, max_frames + 1))
-            if self.graphs.failure and self.graphs.failure not in self.fallbacks:
-                self.fallbacks.append(self.graphs.failure)
+            self.graphs.capture_windows(max_frames, self.fallbacks)
 
     @classmethod
     def from_source(cls, source: str, **kwargs) -> SnacCodec:

@@ -123,11 +123,14 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     codec = LatentCodec(books, voice.model.dec, device=device,
                         dtype=chosen_codec_dtype(cfg, device, report.notes)
                         or codec_dtype(lm.embed.weight.dtype, device, report.notes),
-                        compile_mode=codec_compile, decoder=decoder)
+                        compile_mode=codec_compile, decoder=decoder,
+                        cuda_graphs=cfg.cuda_graphs and device.type == "cuda",
+                        max_batch=cfg.batch_size)
     room = min(cfg.sampling.max_tokens + CACHE_ROOM, lm_cfg.max_seq_len)
     engine = LLMEngine(lm, engine_config(cfg, max_len=room),
                        logits_processor=PhonemeAlignedConstraint(layout))
     tts = TokenTTS(engine, codec, VoiceFormat(layout), **tts_options(cfg))
+    codec.capture(tts.decoder.window.frames)
     return tts, report
 
 

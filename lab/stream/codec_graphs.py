@@ -23,6 +23,18 @@ from lab.engine.slots import bucket_sizes, smallest_bucket
 BATCHES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
+def codec_graphs(decode: Callable[[torch.Tensor], torch.Tensor], frame_codes: int,
+                 device: torch.device, max_batch: int, name: str,
+                 fallbacks: list[str]) -> CodecGraphs | None:
+    """Graphs for a codec's window decode on a CUDA device; elsewhere None, with a note in
+    `fallbacks` that the codec decodes uncaptured."""
+    if device.type == "cuda":
+        return CodecGraphs(decode, frame_codes, device, max_batch)
+    fallbacks.append(f"{name} CUDA graphs need a CUDA device; the codec is on {device.type} "
+                     f"and decodes uncaptured")
+    return None
+
+
 class CodecGraphs:
     """`graphs(frames[B, F, C]) -> audio[B, F * frame_samples]` on the device, by replay.
 
@@ -53,6 +65,13 @@ class CodecGraphs:
             for bucket in self.buckets:
                 if self.failure is None:
                     self._graph(bucket, frames)
+
+    def capture_windows(self, max_frames: int, fallbacks: list[str]) -> None:
+        """Capture windows of 1 to `max_frames` frames at every bucket; a failure lands in
+        the codec's `fallbacks` once."""
+        self.capture(range(1, max_frames + 1))
+        if self.failure and self.failure not in fallbacks:
+            fallbacks.append(self.failure)
 
     @torch.inference_mode()
     def __call__(self, frames: torch.Tensor) -> torch.Tensor:

@@ -60,6 +60,36 @@ def test_decode_is_the_generator_on_the_summed_codes(codec, voice):
     assert torch.allclose(audio[1], direct, atol=1e-5)
 
 
+def _codes(b: int, g: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 32, (b, g, 3), generator=torch.Generator().manual_seed(seed))
+
+
+def test_cuda_graphs_without_a_gpu_decode_uncaptured_and_say_so(codec, voice):
+    graphed = LatentCodec(codec.codebooks, voice.model.dec, cuda_graphs=True)
+    assert graphed.graphs is None
+    assert graphed.fallbacks == ["The voice codec's CUDA graphs need a CUDA device; the codec "
+                                 "is on cpu and decodes uncaptured"]
+    graphed.capture(4)  # nothing to capture: no error, no further note
+    assert len(graphed.fallbacks) == 1
+    codes = _codes(2, 4, seed=5)
+    assert torch.equal(graphed.decode(codes), codec.decode(codes))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_captured_window_decodes_replay_the_eager_decode(codec, voice):
+    """Every batch bucket and window length is captured up front; a replay pads the batch to
+    its bucket and gives each stream what the uncaptured codec gives it."""
+    eager = LatentCodec(codec.codebooks, voice.model.dec, device="cuda")
+    graphed = LatentCodec(codec.codebooks, voice.model.dec, device="cuda", cuda_graphs=True,
+                          max_batch=4)
+    graphed.capture(5)
+    assert graphed.graphs.captured == [(b, f) for b in (1, 2, 4) for f in range(1, 6)]
+    assert not graphed.fallbacks
+    for b, g in ((1, 5), (3, 2), (4, 5)):
+        codes = _codes(b, g, seed=10 + b)
+        torch.testing.assert_close(graphed.decode(codes), eager.decode(codes))
+
+
 def test_out_of_range_or_misshapen_codes_are_refused(codec):
     with pytest.raises(CodecError, match="must lie in"):
         codec.decode(torch.full((1, 2, 3), 32))
