@@ -309,11 +309,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
     Options and the listening port are checked before the model loads, so a typo or a port in
     use costs nothing.
     """
-    from lab.pipeline import Pipeline, describe_startup
+    from lab.pipeline import describe_startup
     from lab.serve import LabServer, ServeOptions
     from lab.serve.allocator import cap_arenas
     from lab.serve.memory_plan import plan_memory
-    from lab.serve.server import listen
+    from lab.serve.server import listen, server_pipeline
 
     cfg = _config(args)
     keep_alive = {} if args.keep_alive is None else {"keep_alive_s": args.keep_alive}
@@ -331,7 +331,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     plan = plan_memory(cfg, slots=options.slots)
     print(plan.summary())
     options = dataclasses.replace(options, slots=plan.slots)
-    pipe = Pipeline(plan.apply(cfg), on_stage=print)
+    pipe = server_pipeline(plan.apply(cfg), on_stage=print)
     print(describe_startup(pipe.startup))
     for note in pipe.fallbacks:
         print(f"fallback: {note}")

@@ -26,7 +26,7 @@ from lab.metrics.events import events
 from lab.metrics.timers import RequestMeter, StageTimer
 from lab.models.registry import load_backend
 from lab.quant.precision import weight_bytes
-from lab.worker import Worker
+from lab.worker import LINGER_S, Worker
 
 SENTENCE_GAP_S = 0.12
 NO_AUDIO = ("the model produced no audio for this text (an autoregressive model can end its "
@@ -130,15 +130,18 @@ class Pipeline:
     """
 
     def __init__(self, config: PipelineConfig | None = None,
-                 on_stage: Callable[[str], None] | None = None) -> None:
-        """`on_stage(message)` hears each startup stage as it begins, for a progress line."""
+                 on_stage: Callable[[str], None] | None = None,
+                 linger_s: float | None = LINGER_S) -> None:
+        """`on_stage(message)` hears each startup stage as it begins, for a progress line.
+        `linger_s` is how long the worker thread waits idle before it exits
+        (`lab.worker.Worker`; None: it stays, for a process that runs nothing else)."""
         self.config = config or PipelineConfig()
         self.device = resolve_device(self.config.device)
         say = on_stage or (lambda _msg: None)
         if self.device.type == "cpu":
             keep_freed_memory()
             release_kept_memory()
-        self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch)
+        self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch, linger_s)
         say(f"loading {self.config.family} weights ({self.config.model}) onto {self.device}")
         started = time.perf_counter()
         self.backend = self._worker.call(lambda: load_backend(self.config, self.device))

@@ -22,7 +22,8 @@ streams ran about three times slower per step on two cores. For the same reason 
 exits once it has had no work for `LINGER_S`, and the next job starts a new one. A caller's
 back-to-back requests keep the thread; a worker that takes up work dismisses every other idle,
 lingering one at once, so two pipelines of one process (an A/B in the app, configs taking turns
-in a benchmark or notebook) keep one team between them unless both are busy.
+in a benchmark or notebook) keep one team between them unless both are busy. A process whose
+only PyTorch work is its pipeline's (a server) keeps the thread for good (`linger_s=None`).
 
 An asyncio caller (the HTTP server) takes a stream with `astream`: the worker hands what a
 round produced to the event loop at the round's end, so no thread blocks on each request's
@@ -159,8 +160,11 @@ class Worker:
     a dropped pipeline (and its model) alive.
     """
 
-    def __init__(self, name: str, run_batch: BatchRunner) -> None:
-        self.name = name
+    def __init__(self, name: str, run_batch: BatchRunner,
+                 linger_s: float | None = LINGER_S) -> None:
+        """`linger_s`: how long the thread waits idle for the next job before it exits (None:
+        until the worker is closed or another worker takes up work)."""
+        self.name, self.linger_s = name, linger_s
         self._run_batch = weakref.WeakMethod(run_batch)
         self._inbox: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -252,7 +256,7 @@ class Worker:
         return [job for job in jobs if job is not _LEAVE]
 
     def _loop(self) -> None:
-        """Serve until nothing is left to do for `LINGER_S`, then exit: an idle thread would
+        """Serve until nothing is left to do for `linger_s`, then exit: an idle thread would
         keep its OpenMP team, and a second pipeline's worker would then run beside two teams."""
         active: list[StreamJob] = []
         while True:
@@ -264,12 +268,12 @@ class Worker:
         self._exit()
 
     def _work_arrives(self) -> bool:
-        """Whether a job arrives within `LINGER_S` of running out of work (it is then the first
+        """Whether a job arrives within `linger_s` of running out of work (it is then the first
         one `_take` hands over), before another worker dismisses this one."""
         with _lingering_lock:
             _lingering.add(self)
         try:
-            job = self._inbox.get(timeout=LINGER_S)
+            job = self._inbox.get(timeout=self.linger_s)
         except queue.Empty:
             return False
         finally:

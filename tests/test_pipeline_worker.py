@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import lab.engine.graphs as graphs
-import lab.worker
 from lab.config import ConfigError, load_preset
 from lab.metrics.repeats import pinned_threads
 from lab.models.orpheus_format import AudioTokenConstraint
@@ -404,12 +403,25 @@ def test_a_job_within_the_linger_keeps_the_thread_and_an_idle_one_leaves_after_i
         worker.close()
 
 
-def test_a_worker_taking_up_work_dismisses_another_that_lingers(monkeypatch):
+def test_a_worker_that_stays_keeps_its_thread_through_idle_spells_until_closed():
+    """A server's worker (`linger_s=None`) keeps its thread, and so its OpenMP team, however
+    long it waits for the next request; closing it ends the thread."""
+    owner = _Echo()
+    worker = Worker("server", owner.run, linger_s=None)
+    first = worker.call(threading.current_thread)
+    first.join(timeout=LINGER_S + 1)
+    assert first.is_alive() and worker.call(threading.current_thread) is first
+    worker.close()
+    assert not first.is_alive() and worker._thread is None
+
+
+@pytest.mark.parametrize("linger_s", [60.0, None])
+def test_a_worker_taking_up_work_dismisses_another_that_lingers(linger_s):
     """Two pipelines taking turns keep one thread (one OpenMP team) between them: the idle one
     leaves as soon as the other starts work, however long it would have lingered."""
-    monkeypatch.setattr(lab.worker, "LINGER_S", 60.0)
     owners = _Echo(), _Echo()
-    first, second = Worker("first", owners[0].run), Worker("second", owners[1].run)
+    first = Worker("first", owners[0].run, linger_s=linger_s)
+    second = Worker("second", owners[1].run)
     try:
         lingering = first.call(threading.current_thread)
         assert lingering.is_alive(), "with nothing else at work, the thread lingers"

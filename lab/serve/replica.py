@@ -28,9 +28,9 @@ from ray.serve._private import replica as serve_replica
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lab.config import PipelineConfig
-from lab.pipeline import Pipeline
 from lab.serve.app import create_app
 from lab.serve.options import ServeOptions
+from lab.serve.server import server_pipeline
 
 REPLICA_HEADER = "x-replica"
 PID_HEADER = "x-replica-pid"
@@ -76,7 +76,7 @@ class LabReplica:
     """A pipeline loaded in this replica's process; Serve stops it through `__del__`."""
 
     def __init__(self, config: PipelineConfig, options: ServeOptions) -> None:
-        self.pipeline = Pipeline(config)
+        self.pipeline = server_pipeline(config)
         self.options = options
 
     def __serve_build_asgi_app__(self) -> FastAPI:

@@ -16,12 +16,20 @@ import time
 
 import uvicorn
 
+from lab.config import PipelineConfig
 from lab.pipeline import Pipeline
 from lab.serve.app import create_app
 from lab.serve.options import ServeOptions
 
 START_TIMEOUT_S = 30.0
 GRACE_S = 5.0  # beyond the deadline, for the last chunks to leave
+
+
+def server_pipeline(config: PipelineConfig, on_stage=None) -> Pipeline:
+    """The pipeline a server process serves. Its worker thread stays between requests: the
+    process runs no other PyTorch work for an idle thread's OpenMP team to slow, and a request
+    after an idle spell would otherwise start a thread and build that team again."""
+    return Pipeline(config, on_stage=on_stage, linger_s=None)
 
 
 class _Server(uvicorn.Server):
