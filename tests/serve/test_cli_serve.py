@@ -8,12 +8,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 import httpx
 import numpy as np
 import pytest
 
 from lab.cli import _parser, main
+from lab.config import load_preset
+from lab.serve.server import server_pipeline
+from lab.worker import LINGER_S
 from tests.serve.conftest import LONG, MODEL, pcm_of, speech
 
 WAV_HEADER = 44
@@ -72,3 +76,17 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(serve_pipeline):
         assert "malloc arenas capped at 2" in "".join(lines)
     expected = pcm_of(serve_pipeline.synthesize(LONG).audio)
     np.testing.assert_array_equal(np.frombuffer(data[WAV_HEADER:], "<i2"), expected)
+
+
+def test_a_served_pipeline_keeps_its_worker_thread_through_idle_spells():
+    """The pipeline `lab serve` builds keeps one worker thread (and its OpenMP team) however
+    long it waits between requests, where a plain pipeline's thread leaves after `LINGER_S`."""
+    pipe = server_pipeline(load_preset(MODEL))
+    try:
+        first = pipe._worker.call(threading.current_thread)
+        first.join(timeout=LINGER_S + 1)
+        assert first.is_alive() and pipe._worker.call(threading.current_thread) is first
+        assert pipe.synthesize("Still here.").audio.size
+    finally:
+        pipe.close()
+    assert not first.is_alive()
