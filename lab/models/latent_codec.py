@@ -149,10 +149,9 @@ class LatentCodec:
                                       dynamic=True)
         if note := compile_note(compile_mode, "the voice codec's generator"):
             self.fallbacks.append(note)
-        self.graphs: CodecGraphs | None = None
-        if cuda_graphs:
-            self.graphs = codec_graphs(self._decode_codes, self.frame_codes, self.device,
-                                       max_batch, "The voice codec's", self.fallbacks)
+        self.graphs: CodecGraphs | None = (
+            codec_graphs(self._decode_codes, self.frame_codes, self.device, max_batch,
+                         "The voice codec's", self.fallbacks) if cuda_graphs else None)
 
     def capture(self, max_frames: int) -> None:
         """Capture the decode of 1 to `max_frames` frames at every batch bucket now (when CUDA

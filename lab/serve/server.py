@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import uvicorn
 
@@ -25,7 +26,8 @@ START_TIMEOUT_S = 30.0
 GRACE_S = 5.0  # beyond the deadline, for the last chunks to leave
 
 
-def server_pipeline(config: PipelineConfig, on_stage=None) -> Pipeline:
+def server_pipeline(config: PipelineConfig,
+                    on_stage: Callable[[str], None] | None = None) -> Pipeline:
     """The pipeline a server process serves. Its worker thread stays between requests: the
     process runs no other PyTorch work for an idle thread's OpenMP team to slow, and a request
     after an idle spell would otherwise start a thread and build that team again."""
