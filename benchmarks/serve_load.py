@@ -48,6 +48,7 @@ from lab.models.registry import family
 from lab.pipeline import AudioChunk, Pipeline
 from lab.serve.child import ServeProcess
 from lab.serve.offer import SINGLE_SPEAKER_VOICES
+from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock
 
 LAG_NOTE_MS = 50.0
 NOTES = [
@@ -137,9 +138,10 @@ async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
 
 
 def serve(preset: str, overrides: list[str], threads: int, slots: int | None,
-          queue: int) -> ServeProcess:
+          queue: int, switch_interval_ms: float) -> ServeProcess:
     """`lab serve` for the preset on a free loopback port, its threads pinned."""
-    args = ["--preset", preset, "--host", "127.0.0.1", "--port", "0", "--queue", str(queue)]
+    args = ["--preset", preset, "--host", "127.0.0.1", "--port", "0", "--queue", str(queue),
+            "--switch-interval", f"{switch_interval_ms:g}"]
     args += [arg for pair in overrides for arg in ("--set", pair)]
     args += ["--slots", str(slots)] if slots else []
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
@@ -166,7 +168,7 @@ def header(result: dict) -> list[str]:
              + (f" with `{meta['overrides']}`" if meta.get("overrides") else "")
              + f"; weights: {meta.get('weights')}",
              f"- Threads: {meta.get('threads')} intra-op threads in the server process and "
-             "in the in-process pipeline",
+             "in the in-process pipeline" + _lock(meta),
              f"- Server: {server.get('slots')} slots, queue {server.get('queue')}, model "
              f"`{meta.get('model')}`, format {meta.get('format')}",
              f"- Load: at most {plan.get('requests')} requests and {plan.get('duration_s')} s "
@@ -175,6 +177,12 @@ def header(result: dict) -> list[str]:
              f"seed {plan.get('seed')}",
              f"- Baseline: {result.get('baseline')}"]
     return lines + anomaly_lines(result)
+
+
+def _lock(meta: dict) -> str:
+    """Files from before the knob ran at Python's default, 5 ms."""
+    interval = meta.get("switch_interval_ms", 5)
+    return f"; Python's lock changes hands every {interval:g} ms at most in both"
 
 
 def write(result: dict, out: Path, stem: str) -> None:
@@ -187,9 +195,10 @@ def write(result: dict, out: Path, stem: str) -> None:
 def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
     """Status quo, then the served sweeps, on the same sentences; the report's content."""
     cfg = load_preset(args.preset, **parse_overrides(args.set))
+    hand_over_lock(args.switch_interval)
     with pinned_threads(args.threads) as threads:
         local_rows, local = status_quo(cfg, plan, args.in_process_rates)
-    server = serve(args.preset, args.set, threads, args.slots, args.queue)
+    server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval)
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         voice = cfg.voice if family(cfg.family).supports("voice") else SINGLE_SPEAKER_VOICES[0]
@@ -205,6 +214,7 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
     row_dicts = [asdict(r) for r in rows]
     meta = run_meta(command=f"python {shlex.join(sys.argv)}", preset=args.preset,
                     overrides=" ".join(args.set), threads=threads,
+                    switch_interval_ms=args.switch_interval,
                     weights=f"{cfg.weights} ({cfg.family}:{cfg.model})",
                     **asdict(loaded.target), plan=asdict(plan))
     return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
@@ -244,6 +254,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--slots", type=int, default=None, help="the server's (default: its own)")
     parser.add_argument("--queue", type=int, default=16)
+    parser.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_MS,
+                        metavar="MS", help="how long a thread may keep Python's lock while "
+                                           "another waits, in the server and in this process")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--stem", default="serve_load_cpu")
     parser.add_argument("--render", action="store_true",

@@ -323,6 +323,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
         if args.keep_alive is not None:
             raise ValueError("--keep-alive sets this process's server; with --replicas, Ray "
                              "Serve's proxy holds the connections and keeps its own setting")
+        if args.switch_interval is not None:
+            raise ValueError("--switch-interval sets this process's server; with --replicas, "
+                             "each replica's process keeps the server's default")
         _serve_replicas(cfg, options, args)
         return
     listener = listen(args.host, args.port)
@@ -331,7 +334,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     plan = plan_memory(cfg, slots=options.slots)
     print(plan.summary())
     options = dataclasses.replace(options, slots=plan.slots)
-    pipe = server_pipeline(plan.apply(cfg), on_stage=print)
+    interval = {} if args.switch_interval is None else {"switch_interval_ms": args.switch_interval}
+    pipe = server_pipeline(plan.apply(cfg), on_stage=print, **interval)
+    print(f"Python's lock changes hands every {sys.getswitchinterval() * 1000:g} ms at most")
     print(describe_startup(pipe.startup))
     for note in pipe.fallbacks:
         print(f"fallback: {note}")
@@ -473,6 +478,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--keep-alive", type=float, default=None,
                        help="seconds an idle connection stays open (default: 75); keep it "
                             "above your clients' pool expiry (httpx and openai: 5 s)")
+    serve.add_argument("--switch-interval", type=float, default=None, metavar="MS",
+                       help="how long one thread may hold Python's lock while another waits "
+                            "for it (default: well under Python's 5 ms, printed at start), so "
+                            "the engine's thread never waits long behind the HTTP thread's")
     serve.add_argument("--replicas", type=int, default=None,
                        help="serve from N processes behind Ray Serve's proxy on a local Ray "
                             "cluster: one GPU each where the preset runs on CUDA, else a share "

@@ -115,13 +115,25 @@ def load_voice(source: str = "default") -> PiperVoice:
     return PiperVoice(model, settings, path)
 
 
-def export_voice(voice: PiperVoice, out_dir: Path, half: bool = True) -> Path:
-    """Write the voice as safetensors (fp16 by default) plus its config, loadable by load_voice."""
+def export_voice(voice: PiperVoice, out_dir: Path, half: bool = True,
+                 keep: str | None = None) -> Path:
+    """Write the voice as safetensors (fp16 by default) plus its config, loadable by load_voice.
+
+    `keep`, a module name such as "dec": only that part's weights are kept and every other
+    tensor is written as zeros, for a folder that must travel small (zeros compress to
+    nothing) to a user of that part alone, as the lab's voice uses only the generator.
+    """
     from safetensors.torch import save_file
 
+    state = voice.model.state_dict()
+    if keep is not None and not any(k.startswith(f"{keep}.") for k in state):
+        parts = sorted({k.split(".")[0] for k in state})
+        raise ValueError(f"the voice has no part {keep!r}; its parts are {parts}")
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{voice.settings.name}.safetensors"
     dtype = torch.float16 if half else torch.float32
-    save_file({k: v.to(dtype).contiguous() for k, v in voice.model.state_dict().items()}, target)
+    kept = {k: v if keep is None or k.startswith(f"{keep}.") else torch.zeros_like(v)
+            for k, v in state.items()}
+    save_file({k: v.to(dtype).contiguous() for k, v in kept.items()}, target)
     shutil.copyfile(_config_path(voice.source), _config_path(target))
     return target

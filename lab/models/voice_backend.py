@@ -11,6 +11,7 @@ decoder: without one, codes decode as the sum of their codebook rows.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -23,7 +24,7 @@ from lab.frontend import prepare
 from lab.models.backend import Family
 from lab.models.latent_codec import LatentCodec, load_codebooks
 from lab.models.latent_decoder import load_decoder
-from lab.models.piper_voice import PiperVoice, load_voice
+from lab.models.piper_voice import PiperVoice, export_voice, load_voice
 from lab.models.sizing import Plan, Work
 from lab.models.token_backend import (
     LM_PLAN,
@@ -84,6 +85,17 @@ def teacher_voice(cfg: PipelineConfig) -> str:
     without the voice's package)."""
     folder = weights_dir(cfg) / "voice"
     return str(folder) if folder.is_dir() else "default"
+
+
+def pack_folder(out: Path) -> Path:
+    """A weights folder that carries its teacher (`teacher_voice`), for machines without the
+    voice's package: the shipped files, and in `voice/` an fp32 export of the teacher keeping
+    only its generator, the one part of it this family runs, so the folder travels small."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in WEIGHTS_DIR.glob("*.safetensors"):
+        shutil.copyfile(path, out / path.name)
+    export_voice(load_voice("default"), out / "voice", half=False, keep="dec")
+    return out
 
 
 def max_tokens_for(layout: VoiceLayout, n_phonemes: int) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,13 +25,30 @@ from lab.serve.options import ServeOptions
 
 START_TIMEOUT_S = 30.0
 GRACE_S = 5.0  # beyond the deadline, for the last chunks to leave
+SWITCH_INTERVAL_MS = 0.5
+
+
+def hand_over_lock(interval_ms: float = SWITCH_INTERVAL_MS) -> None:
+    """How long a thread may keep Python's interpreter lock while another waits for it.
+
+    A server runs two busy threads: the worker, which drives the engine and takes the lock back
+    after every PyTorch call, and the event loop, which sends a burst of chunks to many streams
+    after each step. With Python's 5 ms default, every call the worker makes during such a burst
+    can wait up to 5 ms, and each step of every stream waits with it. A shorter interval costs
+    the event loop a few more switches a burst."""
+    if not interval_ms > 0:
+        raise ValueError(f"switch interval {interval_ms} ms must be > 0")
+    sys.setswitchinterval(interval_ms / 1000)
 
 
 def server_pipeline(config: PipelineConfig,
-                    on_stage: Callable[[str], None] | None = None) -> Pipeline:
-    """The pipeline a server process serves. Its worker thread stays between requests: the
+                    on_stage: Callable[[str], None] | None = None,
+                    switch_interval_ms: float = SWITCH_INTERVAL_MS) -> Pipeline:
+    """The pipeline a server process serves, with the process's lock handed over every
+    `switch_interval_ms` (`hand_over_lock`). Its worker thread stays between requests: the
     process runs no other PyTorch work for an idle thread's OpenMP team to slow, and a request
     after an idle spell would otherwise start a thread and build that team again."""
+    hand_over_lock(switch_interval_ms)
     return Pipeline(config, on_stage=on_stage, linger_s=None)
 
 

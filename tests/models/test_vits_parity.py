@@ -74,6 +74,18 @@ def test_safetensors_export_loads_the_same_weights(voice, tmp_path):
     assert exported.settings == voice.settings
 
 
+def test_an_export_that_keeps_one_part_zeroes_the_rest(voice, tmp_path):
+    from lab.models.piper_voice import export_voice
+
+    kept = load_voice(str(export_voice(voice, tmp_path, half=False, keep="dec")))
+    for (name, a), b in zip(kept.model.state_dict().items(),
+                            voice.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b if name.startswith("dec.") else torch.zeros_like(b)), name
+    with pytest.raises(ValueError, match=r"no part 'decoder'; its parts are \['dec', 'dp'"):
+        export_voice(voice, tmp_path / "bad", keep="decoder")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_hub_reference_fails_clearly_offline(monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(VoiceFileError, match="offline, pass a local"):

