@@ -10,13 +10,14 @@ The JSON keeps every request, so anything else can be computed later without a r
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from lab.bench.report import to_json
 
 SHAPE_AXES = {"closed": "concurrency", "open": "arrivals per second"}
 """The x axis each load shape is swept along."""
@@ -120,9 +121,8 @@ def table_rows(rows: Sequence[PointSummary]) -> list[dict]:
 
 def write_json(path: Path, meta: dict, rows: Sequence[PointSummary],
                records: Sequence[RequestRecord]) -> None:
-    path.write_text(json.dumps({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
-                                "requests": [dataclasses.asdict(r) for r in records]},
-                               indent=2) + "\n")
+    path.write_text(to_json({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
+                             "requests": [dataclasses.asdict(r) for r in records]}) + "\n")
 
 
 def write_html(path: Path, rows: Sequence[PointSummary], title: str) -> None:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lab.bench.report import markdown_table, run_meta, write_report
+from lab.bench.report import markdown_table, run_meta, to_json, write_report
 from lab.bench.runner import BenchRow
 
 ROW = BenchRow(
@@ -114,3 +114,17 @@ def test_json_and_csv_keep_every_pass(tmp_path):
     assert json.loads(row["pass_wall_s"]) == [1.5, 1.2, 1.25]
     assert row["threads"] == "2" and row["rtf_max"] == "0.15"
     assert "median (min-max)" not in write_report([ROW], tmp_path, "single").markdown.read_text()
+
+
+def test_json_keeps_each_record_and_number_list_on_one_line():
+    result = {"meta": {"command": "python x.py", "plan": {"rates": [4, 8.5]}},
+              "notes": ["a note", "another"],
+              "requests": [{"shape": "open", "ttfa_s": 0.1, "error": None},
+                           {"shape": "closed", "ttfa_s": float("inf"), "error": "http_429"}],
+              "empty": [], "nested": [[1, 2], {"a": [3]}]}
+    text = to_json(result)
+    assert json.loads(text) == result
+    lines = text.splitlines()
+    assert '    {"shape": "open", "ttfa_s": 0.1, "error": null},' in lines
+    assert '      "rates": [4, 8.5]' in lines
+    assert '    "a note",' in lines and '  "empty": [],' in lines
