@@ -14,6 +14,9 @@ to every weight:
 
     sum_k x_k ((q_k - 8) s + z) = s (x . q) + (z - 8 s) sum_k x_k
 
+Where a layer has too few output tiles to fill the device, several programs share each tile's
+groups and their float32 partial sums are added afterwards (`splits`).
+
 `Int4RowsLinear` sends `MIN_ROWS` rows or more of bf16 activations on CUDA to the kernel and
 fewer to tinygemm. The copy costs as much memory again as torchao's int4 weight (a quarter of
 bf16's); the bytes a step reads do not grow, since each step reads one of the two.
@@ -33,25 +36,32 @@ from torch import nn
 
 from lab.quant.triton_site import runs_kernels, tl, triton, widens
 
-MIN_ROWS = 17  # tinygemm computes rows in tiles of 16; up to one tile it stays
+# From 16 rows the kernel: four Orpheus-3B blocks' linears on an H100 took 0.454 ms through it
+# at 16 rows against tinygemm's 0.521, and 0.428 against 0.409 at 12
+# (`benchmarks/results/linear_kernels_int4_split_few.md`).
+MIN_ROWS = 16
 MID = 8  # tinygemm's midpoint: a 4-bit value q means (q - 8) * scale + zero
+WAVES = 3  # grid programs per processor that `splits` aims at
+INTERPRETER_PROCESSORS = 4
 
 if triton is not None:
 
     @triton.jit
-    def _int4_rows_mm(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, rows, n, k, x_row, w_row, sz_group,
-                      y_row, block_m: tl.constexpr, block_n: tl.constexpr,
+    def _int4_rows_mm(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, rows, n, x_row, w_row, sz_group,
+                      y_row, y_split, per_split, block_m: tl.constexpr, block_n: tl.constexpr,
                       group: tl.constexpr, widen: tl.constexpr):
         """y[m, j] = sum over groups of s (x . q) + (z - 8 s) sum(x), one (block_m, block_n)
-        tile of y per program and one group of inputs per iteration; the two 4-bit values of
-        a byte are interleaved back in registers (two dots over the even and odd inputs
-        instead, with strided loads of x, were 3 to 9 times slower on an H100). `widen`:
-        float32 dots, for the interpreter, whose dot misreads bf16."""
+        tile of y per program over `per_split` groups of inputs, one group per iteration;
+        program (., ., i) writes its sum over the i-th run of groups to y's i-th split. The two
+        4-bit values of a byte are interleaved back in registers (two dots over the even and
+        odd inputs instead, with strided loads of x, were 3 to 9 times slower on an H100).
+        `widen`: float32 dots, for the interpreter, whose dot misreads bf16."""
         m = tl.program_id(0) * block_m + tl.arange(0, block_m)
         j = tl.program_id(1) * block_n + tl.arange(0, block_n)
+        first = tl.program_id(2) * per_split
         half = tl.arange(0, group // 2)
         acc = tl.zeros((block_m, block_n), dtype=tl.float32)
-        for g in range(0, k // group):
+        for g in range(first, first + per_split):
             kk = g * group + tl.arange(0, group)
             a = tl.load(x_ptr + m[:, None].to(tl.int64) * x_row + kk[None, :],
                         mask=m[:, None] < rows, other=0.0)
@@ -65,7 +75,8 @@ if triton is not None:
             z = tl.load(z_ptr + g * sz_group + j, mask=j < n, other=0.0).to(tl.float32)
             total = tl.sum(a.to(tl.float32), 1)
             acc += dot * s[None, :] + total[:, None] * (z - 8.0 * s)[None, :]
-        tl.store(y_ptr + m[:, None].to(tl.int64) * y_row + j[None, :],
+        out = y_ptr + tl.program_id(2).to(tl.int64) * y_split
+        tl.store(out + m[:, None].to(tl.int64) * y_row + j[None, :],
                  acc.to(y_ptr.dtype.element_ty), mask=(m[:, None] < rows) & (j[None, :] < n))
 
 
@@ -136,15 +147,18 @@ def int4_rows_mm(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
         return int4_rows_reference(x, plain)
     x = x.contiguous()
     rows, k = x.shape
-    n = packed.shape[0]
-    y = torch.empty(rows, n, dtype=x.dtype, device=x.device)
+    n, groups = packed.shape[0], scale.shape[0]
     block_m, block_n, warps, stages = tiles(rows, n)
     grid = (triton.cdiv(rows, block_m), triton.cdiv(n, block_n))
-    _int4_rows_mm[grid](x, packed, scale, zero, y, rows, n, k, x.stride(0), packed.stride(0),
-                        scale.stride(0), y.stride(0), block_m=block_m, block_n=block_n,
-                        group=plain.group, widen=widens(x),
-                        num_warps=warps, num_stages=stages)
-    return y
+    split = splits(grid[0] * grid[1], groups, processors(x.device))
+    y = (torch.empty(rows, n, dtype=x.dtype, device=x.device) if split == 1 else
+         torch.empty(split, rows, n, dtype=torch.float32, device=x.device))
+    _int4_rows_mm[(*grid, split)](x, packed, scale, zero, y, rows, n, x.stride(0),
+                                  packed.stride(0), scale.stride(0), y.stride(-2),
+                                  y.stride(0) if split > 1 else 0, groups // split,
+                                  block_m=block_m, block_n=block_n, group=plain.group,
+                                  widen=widens(x), num_warps=warps, num_stages=stages)
+    return y if split == 1 else y.sum(0).to(x.dtype)
 
 
 @int4_rows_mm.register_fake
@@ -161,10 +175,33 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
     """(block_m, block_n, warps, stages) for `rows` x `n`: 64-row tiles whatever the rows (on
     an H100, four Orpheus-3B blocks' linears took 0.62-0.64 ms at 17 to 64 rows with them,
     0.77-0.80 ms at 17 to 32 rows with 32-row tiles:
-    `benchmarks/results/linear_kernels_int4_m64.md`), and the column tile, warps and stages
-    that were fastest at 64 rows out of 18 tried (columns 16-64, 4 or 8 warps, 2-4 stages):
-    0.62 ms against 0.36 in bf16."""
-    return 64, 32, 4, 3
+    `benchmarks/results/linear_kernels_int4_m64.md`), 64-column tiles, 4 warps, 2 stages: with
+    the groups split (`splits`), the fastest or within 1% of it at 8 to 64 rows of 18 tried
+    (`linear_kernels_int4_split_tiles.md`, `_few.md`): 0.43-0.48 ms at 16 to 64 rows."""
+    return 64, 64, 4, 2
+
+
+def splits(tiles_: int, groups: int, processors_: int) -> int:
+    """How many programs share each output tile's groups of inputs: the most that divides
+    `groups` and keeps the grid within `WAVES` waves of the device's processors. A layer with
+    few output columns (Orpheus-3B's attention output and down projection: 48 tiles of 64 at
+    64 rows, on an H100's 132 processors) otherwise leaves most processors idle while each
+    program walks every group: split 8 ways, the down projection took 29 us against 62 in a
+    probe (bf16: 33). Partial sums go to a float32 buffer, summed in a fixed order so that
+    the same input gives the same output."""
+    best = 1
+    for split in range(2, groups + 1):
+        if groups % split == 0 and tiles_ * split <= WAVES * processors_:
+            best = split
+    return best
+
+
+def processors(device: torch.device) -> int:
+    """The streaming multiprocessors of a CUDA device; a fixed few elsewhere (the interpreter),
+    so that the CPU checks split the groups too."""
+    if device.type != "cuda":
+        return INTERPRETER_PROCESSORS
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def takes(x: torch.Tensor) -> bool:

@@ -55,8 +55,8 @@ def test_a_weight_that_is_not_those_int4_values_is_refused():
 
 @pytest.mark.parametrize(("rows", "dtype", "interpreted", "taken"), [
     (1, torch.bfloat16, True, False),      # one row: tinygemm
-    (16, torch.bfloat16, True, False),     # one tile of tinygemm's rows
-    (17, torch.bfloat16, True, True),
+    (15, torch.bfloat16, True, False),     # tinygemm, faster below 16 rows
+    (16, torch.bfloat16, True, True),
     (64, torch.bfloat16, True, True),
     (64, torch.float16, True, False),      # tinygemm's int4 path is bf16 only
     (64, torch.bfloat16, False, False),    # a CPU without the interpreter
@@ -70,3 +70,17 @@ def test_the_kernel_takes_many_rows_of_bf16(rows, dtype, interpreted, taken, mon
                     reason="torchao's int4 layout (tinygemm) exists on CUDA only")
 def test_a_quantized_lm_sends_its_batched_rows_through_the_kernel():
     run_check(CHECKS, "an_int4_lm_runs_its_rows_through_the_kernel")
+
+
+@pytest.mark.parametrize(("rows", "n", "groups", "want"), [
+    (64, 5120, 24, 4),   # q, k and v: 80 column tiles
+    (64, 3072, 24, 8),   # attention output: 48 tiles
+    (64, 16384, 24, 1),  # gate and up: 256 tiles already fill three waves
+    (64, 3072, 64, 8),   # down
+    (128, 3072, 64, 4),  # two row tiles
+])
+def test_few_output_tiles_split_their_groups_within_three_waves(rows, n, groups, want):
+    """Orpheus-3B's linears on an H100's 132 processors."""
+    block_m, block_n = int4_rows.tiles(rows, n)[:2]
+    tiles = -(-rows // block_m) * -(-n // block_n)
+    assert int4_rows.splits(tiles, groups, 132) == want
