@@ -181,7 +181,7 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
     return 64, 64, 4, 2
 
 
-def splits(tiles_: int, groups: int, processors_: int) -> int:
+def splits(tile_count: int, groups: int, processor_count: int) -> int:
     """How many programs share each output tile's groups of inputs: the most that divides
     `groups` and keeps the grid within `WAVES` waves of the device's processors. A layer with
     few output columns (Orpheus-3B's attention output and down projection: 48 tiles of 64 at
@@ -191,7 +191,7 @@ def splits(tiles_: int, groups: int, processors_: int) -> int:
     the same input gives the same output."""
     best = 1
     for split in range(2, groups + 1):
-        if groups % split == 0 and tiles_ * split <= WAVES * processors_:
+        if groups % split == 0 and tile_count * split <= WAVES * processor_count:
             best = split
     return best
 
