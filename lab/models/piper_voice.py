@@ -132,8 +132,7 @@ def export_voice(voice: PiperVoice, out_dir: Path, half: bool = True,
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{voice.settings.name}.safetensors"
     dtype = torch.float16 if half else torch.float32
-    kept = {k: v if keep is None or k.startswith(f"{keep}.") else torch.zeros_like(v)
-            for k, v in state.items()}
-    save_file({k: v.to(dtype).contiguous() for k, v in kept.items()}, target)
+    save_file({k: (v if keep is None or k.startswith(f"{keep}.") else torch.zeros_like(v))
+               .to(dtype).contiguous() for k, v in state.items()}, target)
     shutil.copyfile(_config_path(voice.source), _config_path(target))
     return target

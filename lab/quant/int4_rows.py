@@ -28,6 +28,7 @@ CPU tensors too.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -181,6 +182,7 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
     return 64, 64, 4, 2
 
 
+@functools.cache
 def splits(tile_count: int, groups: int, processor_count: int) -> int:
     """How many programs share each output tile's groups of inputs: the most that divides
     `groups` and keeps the grid within `WAVES` waves of the device's processors. A layer with
@@ -201,7 +203,14 @@ def processors(device: torch.device) -> int:
     so that the CPU checks split the groups too."""
     if device.type != "cuda":
         return INTERPRETER_PROCESSORS
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return _cuda_processors(device.index if device.index is not None
+                            else torch.cuda.current_device())
+
+
+@functools.cache
+def _cuda_processors(index: int) -> int:
+    """Read once per device: eager steps call the op for every linear layer."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def takes(x: torch.Tensor) -> bool:
