@@ -17,6 +17,7 @@ from torch import nn
 
 from lab.engine.cache import StaticLayer, read_static, write_kv, write_static
 from lab.engine.decode_attention import check_decode_attention, decode_attention
+from lab.engine.swiglu import swiglu
 from lab.quant import int8_rows
 
 
@@ -221,8 +222,7 @@ class MLP(nn.Module):
         self.down = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(swiglu(self.gate_up(x)))
 
 
 class Block(nn.Module):

@@ -4,7 +4,7 @@ int4 weights.
 torchao's int4 weight-only linear (group 128, asymmetric, `tile_packed_to_4d`) calls
 tinygemm, a CUDA kernel built for a few rows: as served on an H100, a batch-64 decode step of
 the Orpheus shape took 13.98 ms against 3.74 in bf16, although it reads a quarter of the bytes
-(with this kernel: 5.32 ms against 3.44, `benchmarks/results/peers_b64.md`). tinygemm's
+(with this kernel: 3.97 ms against 3.40, `benchmarks/results/peers_b64.md`). tinygemm's
 tiles cannot be read by another kernel, so `route` gives each int4 linear a second, plain copy
 of the same quantized values: two per byte along the input dimension (low nibble first), with
 tinygemm's scale and zero per group of 128 inputs and output. The kernel reads every packed
@@ -15,7 +15,7 @@ to every weight:
     sum_k x_k ((q_k - 8) s + z) = s (x . q) + (z - 8 s) sum_k x_k
 
 Where a layer has too few output tiles to fill the device, several programs share each tile's
-groups and their float32 partial sums are added afterwards (`splits`).
+groups and their float32 partial sums are added afterwards, in a fixed order (`splits`).
 
 `Int4RowsLinear` sends `MIN_ROWS` rows or more of bf16 activations on CUDA to the kernel and
 fewer to tinygemm. The copy costs as much memory again as torchao's int4 weight (a quarter of
@@ -43,6 +43,7 @@ from lab.quant.triton_site import runs_kernels, tl, triton, widens
 MIN_ROWS = 16
 MID = 8  # tinygemm's midpoint: a 4-bit value q means (q - 8) * scale + zero
 WAVES = 3  # grid programs per processor that `splits` aims at
+SUM_BLOCK = 1024  # outputs per program when the partial sums are added
 INTERPRETER_PROCESSORS = 4
 
 if triton is not None:
@@ -79,6 +80,20 @@ if triton is not None:
         out = y_ptr + tl.program_id(2).to(tl.int64) * y_split
         tl.store(out + m[:, None].to(tl.int64) * y_row + j[None, :],
                  acc.to(y_ptr.dtype.element_ty), mask=(m[:, None] < rows) & (j[None, :] < n))
+
+    @triton.jit
+    def _sum_splits(part_ptr, y_ptr, size, split, block: tl.constexpr):
+        """y = the sum of `split` float32 partial products [split, size], added in split
+        order and rounded once. As one kernel: torch's sum and cast took two, 0.45 ms of a
+        4.1 ms batch-64 int4 step of the Orpheus shape on an H100 (a kernel profile)."""
+        i = tl.program_id(0).to(tl.int64) * block + tl.arange(0, block)
+        inside = i < size
+        part = part_ptr + i
+        total = tl.zeros([block], dtype=tl.float32)
+        for _ in range(split):
+            total += tl.load(part, mask=inside, other=0.0)
+            part += size
+        tl.store(y_ptr + i, total.to(y_ptr.dtype.element_ty), mask=inside)
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,12 @@ def int4_rows_mm(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
                                   y.stride(0) if split > 1 else 0, groups // split,
                                   block_m=block_m, block_n=block_n, group=plain.group,
                                   widen=widens(x), num_warps=warps, num_stages=stages)
-    return y if split == 1 else y.sum(0).to(x.dtype)
+    if split == 1:
+        return y
+    out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
+    _sum_splits[(triton.cdiv(out.numel(), SUM_BLOCK),)](y, out, out.numel(), split,
+                                                        block=SUM_BLOCK)
+    return out
 
 
 @int4_rows_mm.register_fake

@@ -60,13 +60,20 @@ if triton is not None:
                  mask=(m[:, None] < rows) & (j[None, :] < n))
 
 
+WIDE = 4096  # outputs from which a layer's column tiles are 64 wide rather than 32
+
+
 def tiles(rows: int, n: int) -> tuple[int, int, int, int, int]:
     """(block_m, block_n, block_k, warps, stages) for a product of `rows` x `n`: row tiles as
     tall as the rows (16 to 64), and the column tile, depth, warps and pipeline stages that were
     fastest on an H100 at 2, 16 and 64 rows of Llama-3B-shaped weights, out of 36 tried
     (columns 16-64, depth 128-512, 4 or 8 warps, 3 or 4 stages): narrower column tiles left
-    the processors waiting on their loads, wider ones too few programs to read the weights."""
-    return min(64, max(16, triton.next_power_of_2(rows))), 32, 256, 4, 4
+    the processors waiting on their loads, wider ones too few programs to read the weights.
+    Layers with `WIDE` outputs or more have programs enough for 64-wide tiles: at 64 rows
+    Orpheus-3B's gate/up product took 42 us with them against 50 (bf16: 50), q/k/v 24.5
+    against 27; the attention output and down projection (3,072 outputs) were slower (a one-off
+    probe; splitting their inputs across programs, as the int4 kernel does, gained nothing)."""
+    return min(64, max(16, triton.next_power_of_2(rows))), 64 if n >= WIDE else 32, 256, 4, 4
 
 
 @torch.library.custom_op("lab::int8_rows_mm", mutates_args=())

@@ -30,6 +30,11 @@ def test_row_tiles_are_as_tall_as_the_rows_within_what_the_dot_takes(rows, block
     assert int8_rows.tiles(rows, 3072) == (block_m, 32, 256, 4, 4)
 
 
+@pytest.mark.parametrize(("n", "block_n"), [(3072, 32), (4095, 32), (4096, 64), (16384, 64)])
+def test_column_tiles_widen_where_a_layer_has_outputs_enough(n, block_n):
+    assert int8_rows.tiles(64, n)[1] == block_n
+
+
 def _quantized(quant: str, dtype: str = "bf16"):
     lm, cfg = load_lm("dummy", shape="tiny-llama", seed=5)
     apply_precision(lm, dtype, quant, "cpu")

@@ -1,0 +1,61 @@
+"""SwiGLU, SiLU(gate) * up, as one Triton kernel that a compiled step calls rather than fuses.
+
+Compiled, Inductor fuses `F.silu(gate) * up` into the one-row down projection that reads it,
+so every program of that matrix-vector reduction computes the activation again for its own
+outputs. In kernel profiles of the Orpheus-3B shape's batch-1 step on H100s that reduction
+took 0.69-0.78 ms a step in bf16 (where the gate/up product read its weights at 2.9 TB/s) and
+0.42-0.64 ms with int8 weights. As a custom op the activation is computed once per step and the
+down product, reading a ready vector, took 0.49 and 0.32 ms; the bf16 step took 2.57 ms in two
+compiles with it and 2.62-3.12 without (`benchmarks/results/peers_b1.md`).
+
+Where no Triton kernel runs (a CPU without the interpreter) and where a gradient is needed
+(training), it is the plain expression.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from lab.quant.triton_site import runs_kernels, tl, triton
+
+BLOCK = 1024
+
+if triton is not None:
+
+    @triton.jit
+    def _swiglu(h_ptr, y_ptr, width, h_row, y_row, BLOCK: tl.constexpr):
+        """y[r, c] = silu(h[r, c]) * h[r, width + c] for one block of one row, in float32,
+        rounded once."""
+        r = tl.program_id(0).to(tl.int64)
+        c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        inside = c < width
+        gate = tl.load(h_ptr + r * h_row + c, mask=inside, other=0.0).to(tl.float32)
+        up = tl.load(h_ptr + r * h_row + width + c, mask=inside, other=0.0).to(tl.float32)
+        y = gate * tl.sigmoid(gate) * up
+        tl.store(y_ptr + r * y_row + c, y.to(y_ptr.dtype.element_ty), mask=inside)
+
+
+@torch.library.custom_op("lab::swiglu", mutates_args=())
+def swiglu_op(h: torch.Tensor) -> torch.Tensor:
+    """h [rows, 2 * width] (gate, then up) -> [rows, width] in h's dtype."""
+    h = h.contiguous()
+    rows, width = h.shape[0], h.shape[1] // 2
+    y = h.new_empty(rows, width)
+    _swiglu[(rows, triton.cdiv(width, BLOCK))](h, y, width, h.stride(0), y.stride(0),
+                                               BLOCK=BLOCK)
+    return y
+
+
+@swiglu_op.register_fake
+def _(h):
+    return h.new_empty(h.shape[0], h.shape[1] // 2)
+
+
+def swiglu(h: torch.Tensor) -> torch.Tensor:
+    """SiLU of h's first half of the last axis times its second half."""
+    if not runs_kernels(h) or (torch.is_grad_enabled() and h.requires_grad):
+        gate, up = h.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    y = swiglu_op(h.reshape(-1, h.shape[-1]))
+    return y.reshape(*h.shape[:-1], y.shape[-1])
