@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from lab.bench.report import anomaly_lines
+from lab.bench.report import anomaly_lines, command_line, write_json
 from lab.engine import (
     LM_SHAPES,
     GraphedDecoder,
@@ -640,20 +640,6 @@ def profile_step(lm, args, device):
     return out
 
 
-def _command(argv) -> str:
-    """The run's command, with the output folder named as the repository's, not the machine's."""
-    kept, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a == "--out":
-            skip = True
-            continue
-        kept.append(a)
-    return " ".join(["python", "benchmarks/engine_ladder.py", *kept])
-
-
 def main(argv=None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -676,12 +662,12 @@ def run(args, argv, out: Path, stem: str, threads: int) -> dict:
     out.mkdir(parents=True, exist_ok=True)
 
     def save(report):
-        (out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str))
+        write_json(report, out, stem)
         (out / f"{stem}.md").write_text(to_markdown(report))
         for spec in args.views:
             name, batches = spec.split(":")
             part = view(report, [int(b) for b in batches.split(",")], name)
-            (out / f"{name}.json").write_text(json.dumps(part, indent=2, default=str))
+            write_json(part, out, name)
             (out / f"{name}.md").write_text(to_markdown(part))
 
     if device.type == "cuda" and (args.compile or args.ladder_compile not in ("eager", "none")):
@@ -694,7 +680,7 @@ def run(args, argv, out: Path, stem: str, threads: int) -> dict:
     lm, cfg = load_model(args, device)
     bandwidth = copy_bandwidth(device)
     report = {
-        "command": _command(argv),
+        "command": command_line(["python", "benchmarks/engine_ladder.py", *argv]),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else f"CPU ({platform.processor() or platform.machine()})",
         "torch": torch.__version__, "transformers": transformers.__version__,

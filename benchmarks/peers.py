@@ -47,7 +47,7 @@ import transformers
 from engine_ladder import _free, copy_bandwidth, graphed, load_model, repeated, streamed_bytes
 from tqdm import tqdm
 
-from lab.bench.report import markdown_table, run_meta
+from lab.bench.report import markdown_table, run_meta, write_json
 from lab.engine import generate, hf_generate, to_hf_model
 from lab.engine.graphs import default_key_buckets
 from lab.models.orpheus_format import AudioTokenConstraint, OrpheusError, OrpheusLayout
@@ -229,11 +229,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--narrow-head", action=argparse.BooleanOptionalAction, default=True,
                     help="narrow the served rows' head to the format's tokens")
     ap.add_argument("--device", default="cuda", help="cpu only for a smoke run")
+    ap.add_argument("--render", action="store_true",
+                    help="rewrite <stem>.md from <stem>.json (notes added to it included)")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.render:
+        report = json.loads((args.out / f"{args.stem}.json").read_text())
+        (args.out / f"{args.stem}.md").write_text(render(report))
+        return
     device = torch.device(args.device)
     lm, cfg = load_model(args, device)
     hf = to_hf_model(lm)
@@ -252,29 +258,38 @@ def main(argv=None) -> None:
     weights = "dummy (random): speed only" if args.weights is None else "the lab's trained voice"
     shape = args.shape if args.weights is None else "ar-voice"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    report = {"meta": run_meta(device=name), "shape": shape,
-              "dtype": args.dtype, "weights": weights, "floor_ms_batch1": floor_ms,
+    report = {"meta": run_meta(device=name, transformers=transformers.__version__,
+                               torchao=version("torchao")),
+              "shape": shape, "dtype": args.dtype, "weights": weights, "floor_ms_batch1": floor_ms,
               "copy_bandwidth_gb_s": bandwidth and bandwidth / 1e9,
-              "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.stem}.json").write_text(json.dumps(report, indent=2))
+              "args": {k: str(v) for k, v in vars(args).items() if k not in ("out", "render")},
+              "rows": rows}
+    write_json(report, args.out, args.stem)
+    (args.out / f"{args.stem}.md").write_text(render(report))
+
+
+def render(report: dict) -> str:
+    """The markdown of a report: its setting, the rows and any notes added to its JSON."""
+    meta, args = report["meta"], report["args"]
     head = ["batch", "row", "ms_per_step", "min", "max", "tokens_per_s", "x_strongest_peer",
             "mb_read_per_step", "gb_per_s", "pct_of_copy_bw", "same_tokens_as_first_row",
             "fallbacks", "error"]
-    floor = (f"{floor_ms:.3g} ms at {bandwidth / 1e9:.0f} GB/s measured copy bandwidth"
+    rows = report["rows"]
+    floor_ms, bandwidth = report["floor_ms_batch1"], report["copy_bandwidth_gb_s"]
+    floor = (f"{floor_ms:.3g} ms at {bandwidth:.0f} GB/s measured copy bandwidth"
              if floor_ms else "not measured")
-    meta = report["meta"]
-    versions = (f"torch {meta['torch']}, transformers {transformers.__version__}, torchao "
-                f"{version('torchao')}, {meta['date'][:10]}")
-    (args.out / f"{args.stem}.md").write_text(
-        f"# Decode step against the strongest peer ({shape}, {args.dtype})\n\n"
-        f"Device: {meta['device']} ({versions}). Weights: {weights}. Prompt {args.prompt_len} "
-        f"tokens, {args.steps} greedy steps timed, {args.repeats} repeats after a full-length "
-        f"warm-up per row, except the cold row: its first run, once (median, min, max of the "
-        f"runs' median step); the lab's static cache "
-        f"holds {args.max_len} positions. Weight-streaming floor at batch 1: {floor}. "
-        f"Command: `python {meta['command']}`.\n\n{READING}\n\n"
-        + markdown_table(rows, [h for h in head if any(h in r for r in rows)]))
+    versions = (f"torch {meta['torch']}, transformers {meta.get('transformers')}, torchao "
+                f"{meta.get('torchao')}, {meta['date'][:10]}")
+    notes = report.get("notes", [])
+    return (f"# Decode step against the strongest peer ({report['shape']}, {report['dtype']})\n\n"
+            f"Device: {meta['device']} ({versions}). Weights: {report['weights']}. Prompt "
+            f"{args['prompt_len']} tokens, {args['steps']} greedy steps timed, {args['repeats']} "
+            f"repeats after a full-length warm-up per row, except the cold row: its first run, "
+            f"once (median, min, max of the runs' median step); the lab's static cache holds "
+            f"{args['max_len']} positions. Weight-streaming floor at batch 1: {floor}. "
+            f"Command: `python {meta['command']}`.\n\n{READING}\n\n"
+            + markdown_table(rows, [h for h in head if any(h in r for r in rows)])
+            + ("\n\n## Notes\n\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else ""))
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord],
             if time.perf_counter() >= start + plan.duration_s:
                 break
             records.append(await _one_in_process(pipe, text, time.perf_counter(), "in-process",
-                                                 1))
+                                                 1, start))
         return records
 
     start = time.perf_counter()
@@ -111,7 +111,8 @@ def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float
     bar = tqdm(total=len(offsets), desc=f"in-process open {rate:g}", unit="req")
 
     async def send(due: float) -> None:
-        records.append(await _one_in_process(pipe, next(texts), due, "in-process open", rate))
+        records.append(await _one_in_process(pipe, next(texts), due, "in-process open", rate,
+                                             origin))
         bar.update(1)
 
     asyncio.run(open_loop(offsets, send))
@@ -120,7 +121,9 @@ def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float
 
 
 async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
-                          load: float) -> RequestRecord:
+                          load: float, origin: float) -> RequestRecord:
+    """One request to the pipeline, timed from `due` as the load generator times one over
+    HTTP (`origin`: the point's start, from which `due_s` counts)."""
     timeline, error = Timeline(), None
     started = time.perf_counter()
     try:
@@ -131,7 +134,8 @@ async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
     except Exception as err:  # a failed request is a row's error count, as over HTTP
         error = type(err).__name__
     return RequestRecord(
-        shape=shape, load=load, chars=len(text), due_s=0.0, lag_s=started - due,
+        shape=shape, load=load, chars=len(text), due_s=round(due - origin, 4),
+        lag_s=started - due,
         ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
         audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
         margin_s=timeline.margin_s(), error=error)

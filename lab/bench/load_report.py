@@ -62,6 +62,13 @@ class PointSummary:
     mean_streams: float
     """Streams in flight on average over the point (Little's law: total latency / wall time):
     what an open-loop rate amounts to in concurrent listeners."""
+    mid_streams: float | None
+    """Streams in flight on average over the middle half of the point's arrivals, past the
+    ramp at its start and before the drain at its end: the concurrency the load holds once it
+    has built up. An open point of 15 s whose requests take 3 s spends a third of its wall
+    time on the ramp and the drain, so its `mean_streams` undercounts what it held."""
+    mid_ttfa_p95_ms: float | None
+    """TTFA p95 of the requests that arrived in that middle half, at that concurrency."""
     min_margin_s: float | None
     requests_per_s: float
     audio_s_per_s: float
@@ -80,6 +87,18 @@ def _ms(values: Sequence[float], q: float) -> float | None:
     return None if value is None else round(value * 1000, 1)
 
 
+def middle_half(records: Sequence[RequestRecord]) -> tuple[float | None, list[RequestRecord]]:
+    """Streams in flight on average between a quarter and three quarters of the way to the
+    last arrival (each request counted from when it was due to its last byte), and the
+    requests that arrived in that window. None and [] when the arrivals span no time."""
+    last = max((r.due_s for r in records), default=0.0)
+    start, stop = last / 4, 3 * last / 4
+    if stop <= start:
+        return None, []
+    busy = sum(max(0.0, min(r.due_s + r.latency_s, stop) - max(r.due_s, start)) for r in records)
+    return busy / (stop - start), [r for r in records if start <= r.due_s <= stop]
+
+
 def summarize(records: Sequence[RequestRecord], shape: str, load: float,
               wall_s: float) -> PointSummary:
     """One load point; `wall_s` runs from the point's start to its last answer, so the
@@ -89,6 +108,7 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
     latency = [r.latency_s for r in ok]
     margins = [r.margin_s for r in ok if r.margin_s is not None]
     per_s = 1 / wall_s if wall_s > 0 else 0.0
+    mid_streams, middle = middle_half(records)
     return PointSummary(
         shape=shape, load=load, requests=len(records), ok=len(ok),
         ttfa_p50_ms=_ms(ttfa, 50), ttfa_p95_ms=_ms(ttfa, 95), ttfa_p99_ms=_ms(ttfa, 99),
@@ -97,6 +117,9 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
         realtime_fraction=round(sum(r.realtime for r in records) / len(records), 3)
         if records else 0.0,
         mean_streams=round(sum(r.latency_s for r in records) * per_s, 2),
+        mid_streams=None if mid_streams is None else round(mid_streams, 2),
+        mid_ttfa_p95_ms=_ms([r.ttfa_s for r in middle if r.error is None
+                             and r.ttfa_s is not None], 95),
         min_margin_s=round(min(margins), 3) if margins else None,
         requests_per_s=round(len(ok) * per_s, 3),
         audio_s_per_s=round(sum(r.audio_s for r in ok) * per_s, 3),
@@ -106,7 +129,8 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
 
 TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_p99_ms",
                  "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "realtime_fraction",
-                 "mean_streams", "requests_per_s", "audio_s_per_s", "errors")
+                 "mean_streams", "mid_streams", "mid_ttfa_p95_ms", "requests_per_s",
+                 "audio_s_per_s", "errors")
 
 
 def table_rows(rows: Sequence[PointSummary]) -> list[dict]:

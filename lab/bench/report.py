@@ -41,10 +41,22 @@ def device_name() -> str:
     return f"cpu ({cpu}, {os.cpu_count()} cores)"
 
 
+def command_line(argv: Sequence[str]) -> str:
+    """The command as a reader reruns it: without `--out`, whose folder is the machine's where
+    it ran, not the repository's (reports are committed under `benchmarks/results`)."""
+    kept, args = [], iter(argv)
+    for arg in args:
+        if arg == "--out":
+            next(args, None)
+        elif not arg.startswith("--out="):
+            kept.append(arg)
+    return shlex.join(kept)
+
+
 def run_meta(**extra: object) -> dict:
     """What a report needs to be reproduced; `extra` adds or overrides keys."""
     return {
-        "command": shlex.join(sys.argv),
+        "command": command_line(sys.argv),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device_name(),
         "torch": torch.__version__,

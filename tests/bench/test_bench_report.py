@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lab.bench.report import markdown_table, run_meta, to_json, write_report
+from lab.bench.report import command_line, markdown_table, run_meta, to_json, write_report
 from lab.bench.runner import BenchRow
 
 ROW = BenchRow(
@@ -51,6 +51,11 @@ def test_markdown_alignment_and_empty():
     assert table.splitlines()[1] == "| --- | ---: |"
     assert table.splitlines()[3] == "| y |  |"
     assert markdown_table([]) == "_no rows_\n"
+
+
+def test_the_recorded_command_leaves_out_the_machine_s_output_folder():
+    argv = ["bench.py", "--out", "/root/out", "--stem", "a b", "--out=/tmp/x", "--outline"]
+    assert command_line(argv) == "bench.py --stem 'a b' --outline"
 
 
 def test_meta_override_and_bad_input(tmp_path):

@@ -12,6 +12,7 @@ import statistics
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -219,6 +220,19 @@ def test_summary_counts_failures_against_real_time_and_leaves_them_out_of_latenc
     assert row.min_margin_s == pytest.approx(-0.1)
     assert row.errors == {"http_429": 1, "timeout": 1, "connection_lost": 1}
     assert row.requests_per_s == 1.0 and row.audio_s_per_s == 1.0
+    assert row.mid_streams is None and row.mid_ttfa_p95_ms is None  # all due at once
+
+
+def test_the_middle_half_holds_the_built_up_concurrency_past_ramp_and_drain():
+    """100 arrivals 0.1 s apart, 1 s each: 10 in flight once built up, fewer on average over
+    the whole point; the middle half's TTFA leaves out the slow start and end."""
+    records = [replace(record(0.5 if 25 <= i <= 74 else 2.0, 0.1, latency=1.0), due_s=i / 10)
+               for i in range(100)]
+    row = summarize(records, "open", 10, wall_s=10.9)
+    assert row.mean_streams == pytest.approx(100 / 10.9, abs=0.01)
+    assert row.mid_streams == pytest.approx(10.0, abs=0.01)
+    assert row.mid_ttfa_p95_ms == pytest.approx(500.0)
+    assert row.ttfa_p95_ms == pytest.approx(2000.0)
 
 
 # --- whole runs against real servers on 127.0.0.1 ---------------------------------------

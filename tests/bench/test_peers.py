@@ -52,3 +52,19 @@ def test_a_narrowed_head_counts_only_the_rows_it_reads(peers):
     kept_whole, name = peers.served_model(_args(peers, "--no-narrow-head"), CPU, "none")
     assert kept_whole.head_range is None and "narrowed" not in name
     assert peers.streamed_bytes(kept_whole) == peers.streamed_bytes(full)
+
+
+def test_render_rewrites_the_markdown_from_the_json_with_its_notes(peers, tmp_path):
+    from lab.bench.report import run_meta, write_json
+
+    args = {k: str(v) for k, v in vars(_args(peers)).items()}
+    row = {"batch": 1, "row": "lab, static cache + CUDA graph", "ms_per_step": 2.5}
+    report = {"meta": run_meta(device="H100", transformers="5", torchao="0.1"), "shape": "s",
+              "dtype": "bf16", "weights": "dummy", "floor_ms_batch1": 2.2,
+              "copy_bandwidth_gb_s": 2990.0, "args": args, "rows": [row],
+              "notes": ["Measured twice."]}
+    write_json(report, tmp_path, "p")
+    peers.main(["--render", "--out", str(tmp_path), "--stem", "p"])
+    text = (tmp_path / "p.md").read_text()
+    assert "| 1 | lab, static cache + CUDA graph | 2.50 |" in text
+    assert "2.2 ms at 2990 GB/s" in text and text.endswith("## Notes\n\n- Measured twice.\n")
