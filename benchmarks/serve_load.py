@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
-import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -39,9 +40,9 @@ from tqdm import tqdm
 
 from lab.bench.arrivals import open_loop, poisson_arrivals
 from lab.bench.load_report import PointSummary, RequestRecord, summarize, table_rows
-from lab.bench.loadtest import LoadPlan, SpeechTarget, draw_texts, run_load
+from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, draw_texts, run_load
 from lab.bench.playback import Timeline
-from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
+from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.metrics.repeats import pinned_threads
 from lab.models.registry import family
@@ -51,6 +52,8 @@ from lab.serve.offer import SINGLE_SPEAKER_VOICES
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock
 
 LAG_NOTE_MS = 50.0
+PARTIAL = ("Partial: saved before the run's last load point ended; a run that completes "
+           "replaces it.")
 NOTES = [
     "ttfa and latency run from when a request was due (its arrival time in the open loop, the "
     "end of the previous request in the closed loop), so queueing in the server and any lag "
@@ -196,41 +199,56 @@ def write(result: dict, out: Path, stem: str) -> None:
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
 
 
-def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
-    """Status quo, then the served sweeps, on the same sentences; the report's content."""
+def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], None]) -> dict:
+    """Status quo, then the served sweeps, on the same sentences; the report's content. A
+    partial report is handed to `save` after the status quo and after each served point, so
+    a run stopped midway (a time limit on a lent GPU) keeps what it measured."""
     cfg = load_preset(args.preset, **parse_overrides(args.set))
     hand_over_lock(args.switch_interval)
     with pinned_threads(args.threads) as threads:
         local_rows, local = status_quo(cfg, plan, args.in_process_rates)
+    draft = functools.partial(report, args, plan, cfg, threads)
+    save(draft(LoadResult(None, local_rows, local, []), {}, PARTIAL))
     server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval)
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         voice = cfg.voice if family(cfg.family).supports("voice") else SINGLE_SPEAKER_VOICES[0]
         target = SpeechTarget(f"{server.url}/v1/audio/speech", "", voice, args.format,
                               ready.get("sample_rate", 22050), args.timeout)
-        loaded = asyncio.run(run_load(target, plan))
+        loaded = asyncio.run(run_load(target, plan, lambda done: save(draft(
+            LoadResult(done.target, [*local_rows, *done.rows], [*local, *done.records], []),
+            ready, PARTIAL))))
     finally:
         server.stop(timeout_s=60)
     if loaded.warmup_errors and not loaded.rows:
         raise RuntimeError(f"every warm-up request failed ({', '.join(loaded.warmup_errors)}); "
                            "nothing was measured")
-    rows = [*local_rows, *loaded.rows]
-    row_dicts = [asdict(r) for r in rows]
-    meta = run_meta(command=f"python {shlex.join(sys.argv)}", preset=args.preset,
+    return draft(LoadResult(loaded.target, [*local_rows, *loaded.rows],
+                            [*local, *loaded.records], []), ready, None)
+
+
+def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, threads: int,
+           measured: LoadResult, ready: dict, partial: str | None) -> dict:
+    """The report of what was measured so far: `measured`'s rows and requests (its target
+    None before the server is up), the server's /ready answer, and why it is `partial`."""
+    row_dicts = [asdict(r) for r in measured.rows]
+    target = asdict(measured.target) if measured.target else {}
+    meta = run_meta(command=args.command, preset=args.preset,
                     overrides=" ".join(args.set), threads=threads,
                     switch_interval_ms=args.switch_interval,
                     weights=f"{cfg.weights} ({cfg.family}:{cfg.model})",
-                    **asdict(loaded.target), plan=asdict(plan))
+                    **target, plan=asdict(plan))
     return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
                                                                 "fallbacks")},
             "baseline": "the in-process row: the preset's pipeline in this process, one "
                         "request at a time, no server, the same sentences"
                         + ("; the in-process open rows: the same pipeline under the same "
                            "Poisson arrivals without HTTP" if args.in_process_rates else ""),
-            "anomalies": anomalies_of(row_dicts, ready.get("fallbacks") or []), "notes": NOTES,
+            "anomalies": ([partial] if partial else [])
+            + anomalies_of(row_dicts, ready.get("fallbacks") or []), "notes": NOTES,
             "rows": row_dicts,
-            "table": table_rows(rows),
-            "requests": [asdict(r) for r in [*local, *loaded.records]]}
+            "table": table_rows(measured.rows),
+            "requests": [asdict(r) for r in measured.records]}
 
 
 def _rates(text: str) -> tuple[float, ...]:
@@ -269,14 +287,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    args.command = command_line(["python", "benchmarks/serve_load.py", *argv])
     if args.render:
         write(json.loads((args.out / f"{args.stem}.json").read_text()), args.out, args.stem)
         return
     plan = LoadPlan(tuple(int(c) for c in args.concurrency.split(",") if c),
                     _rates(args.rates), args.requests,
                     args.duration, tuple(args.texts.split(",")), args.seed, args.warmup)
-    result = measure(args, plan)
+    result = measure(args, plan, lambda draft: write(draft, args.out, args.stem))
     write(result, args.out, args.stem)
     print(markdown_table(result["table"]))
     print(f"wrote {args.out / args.stem}.json and .md")

@@ -201,10 +201,12 @@ async def served_model(client: httpx.AsyncClient, url: str) -> str:
                             "name it with --model") from err
 
 
-async def run_load(target: SpeechTarget, plan: LoadPlan) -> LoadResult:
+async def run_load(target: SpeechTarget, plan: LoadPlan,
+                   on_point: Callable[[LoadResult], None] | None = None) -> LoadResult:
     """Warm up, then every load point in turn on one client. A server that answers none of
     the warm-up requests is not loaded at all: minutes of refused connections say nothing.
-    Without a model name, the first one the server lists is asked for."""
+    Without a model name, the first one the server lists is asked for. `on_point` gets what
+    was measured so far after each point, for a caller that saves as it goes."""
     rows: list[PointSummary] = []
     records: list[RequestRecord] = []
     async with loopback_client(target.timeout_s) as client:
@@ -219,6 +221,8 @@ async def run_load(target: SpeechTarget, plan: LoadPlan) -> LoadResult:
             point, wall_s = await run_point(client, target, plan, shape, load)
             rows.append(summarize(point, shape, load, wall_s))
             records += point
+            if on_point is not None:
+                on_point(LoadResult(target, list(rows), list(records), errors))
     return LoadResult(target, rows, records, errors)
 
 

@@ -32,3 +32,23 @@ def test_in_process_arrivals_keep_their_times_so_the_middle_half_is_measured(ser
     row = summarize(records, "in-process open", 3.0, wall_s)
     assert row.mid_streams is not None and row.mid_streams > 0
     assert row.mid_ttfa_p95_ms is not None and row.mid_ttfa_p95_ms > 0
+
+
+def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, monkeypatch):
+    """The status quo, then each served point, reach the report file as they finish, marked
+    partial until the last: a run stopped by a time limit keeps what it measured."""
+    import json
+
+    saved, write = [], serve_load.write
+    monkeypatch.setattr(serve_load, "write",
+                        lambda result, out, stem: (saved.append(result), write(result, out, stem)))
+    serve_load.main(["--preset", "cpu-default", "--concurrency", "1", "--rates", "1",
+                     "--requests", "2", "--duration", "3", "--threads", "2",
+                     "--out", str(tmp_path), "--stem", "s"])
+    shapes = [[row["shape"] for row in result["rows"]] for result in saved]
+    assert shapes == [["in-process"], ["in-process", "closed"], ["in-process", "closed", "open"],
+                      ["in-process", "closed", "open"]]
+    assert all(serve_load.PARTIAL in result["anomalies"] for result in saved[:3])
+    final = json.loads((tmp_path / "s.json").read_text())
+    assert serve_load.PARTIAL not in final["anomalies"] and final["meta"]["model"]
+    assert "--out" not in final["meta"]["command"] and "--stem s" in final["meta"]["command"]
