@@ -59,6 +59,7 @@ CANCEL_POLL_S = 0.2
 WARMUP = 1  # one unmeasured request first, as `lab loadtest` sends by default
 COLUMNS = {
     "load": Column("Load"),
+    "mid_streams": Column("Streams in flight", ONE),
     "requests": Column("Requests", INT),
     "ok": Column("OK", INT),
     "ttfa_p50_ms": Column("TTFA p50 (ms)", MS),

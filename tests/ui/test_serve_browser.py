@@ -70,6 +70,7 @@ def test_start_sweep_and_stop_a_server(app, page):
     page.wait_for_selector("#serve-table [role=gridcell]", timeout=30_000)
     rows = table_rows(page)
     assert [r["Load"] for r in rows] == ["1 in flight", "2 in flight"], rows
+    assert rows[0]["Streams in flight"] == "1.0", rows  # measured over the point's middle half
     for row in rows:
         assert row["Requests"] == row["OK"] == "2" and row["Errors"] == "0", row
         assert row["At real time"].endswith("%") and row[BUSY], row
