@@ -208,7 +208,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     import json
 
     from lab.config import to_dict
-    from lab.frontend import sentence_set
+    from lab.frontend import made_up_sentences, sentence_set
     from lab.pipeline import Pipeline
     from lab.quality.score_cache import ScoreCache
     from lab.quality.verdicts import (
@@ -222,8 +222,12 @@ def cmd_verdict(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     ref = reference_config(cfg)
+    if args.made_up < 0:
+        raise ConfigError(f"--made-up {args.made_up}: the number of made-up sentences must be "
+                          ">= 0")
     texts = [t for name in args.sets.split(",") for t in sentence_set(name.strip())]
-    texts = [t for t in texts if judgeable(t)][:args.limit]
+    texts = ([t for t in texts if judgeable(t)][:args.limit]
+             + [t for t in made_up_sentences(args.made_up) if judgeable(t)])
     if not texts:
         raise ConfigError(f"the sets {args.sets!r} hold no sentence the recogniser can judge")
     if args.json and not Path(args.json).parent.is_dir():
@@ -417,7 +421,12 @@ def _parser() -> argparse.ArgumentParser:
     verdict = sub.add_parser("verdict", help="judge a config against its fp32 reference on "
                                              "sentence sets: pass, fail or inconclusive")
     verdict.add_argument("--sets", default="short", help="the lab's sentence sets, comma-separated")
-    verdict.add_argument("--limit", type=int, default=None, help="only the first N sentences")
+    verdict.add_argument("--limit", type=int, default=None,
+                         help="only the first N sentences of the sets")
+    verdict.add_argument("--made-up", type=int, default=0, metavar="N",
+                         help="also N made-up sentences (40-60 characters) from the lab's "
+                              "generator (seeded): texts no gate was tuned on, as many as a "
+                              "WER or CER check needs to be settled")
     verdict.add_argument("--workers", type=int, default=None,
                          help="scoring processes (default: $LAB_SCORE_WORKERS or one per two "
                               "cores)")

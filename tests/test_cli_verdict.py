@@ -25,3 +25,13 @@ def test_unknown_set_and_unjudgeable_text_are_clear_errors(tmp_path, capsys):
     assert "sentence set 'nosuch' not found" in capsys.readouterr().err
     assert main(["verdict", "--sets", "edge", "--limit", "0", "--data-dir", str(tmp_path)]) == 2
     assert "no sentence the recogniser can judge" in capsys.readouterr().err
+
+
+def test_made_up_sentences_join_the_sets(tmp_path, capsys):
+    args = ["verdict", "--sets", "short", "--limit", "1", "--made-up", "2", "--data-dir",
+            str(tmp_path), "--json", str(tmp_path / "v.json")]
+    assert main(args) == 0
+    assert "**Quality: PASS** on 3 sentences" in capsys.readouterr().out
+    assert json.loads((tmp_path / "v.json").read_text())["sentences"] == 3
+    assert main(["verdict", "--made-up", "-1", "--data-dir", str(tmp_path)]) == 2
+    assert "--made-up -1" in capsys.readouterr().err

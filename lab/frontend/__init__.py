@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from lab.frontend.corpus import list_sentence_sets, sentence_set
 from lab.frontend.errors import TextError
-from lab.frontend.fixed_length import fixed_length_sentences
+from lab.frontend.fixed_length import fixed_length_sentences, made_up_sentences
 from lab.frontend.normalize import normalize_text
 from lab.frontend.phonemes import IdMapping, phoneme_ids, phonemize
 from lab.frontend.sentences import DEFAULT_BUDGET, chunk, split_sentences
@@ -26,6 +26,7 @@ __all__ = [
     "TextError",
     "check_text",
     "fixed_length_sentences",
+    "made_up_sentences",
     "is_speakable",
     "list_sentence_sets",
     "normalize_text",

@@ -24,6 +24,7 @@ WHEN = ("near the river", "before the storm", "after lunch", "on Sunday", "by th
 TEMPLATES = ("{who} {did} {what} {when}.", "{when}, {who} {did} {what}.",
              "Nobody knew why {who} {did} {what}.", "Do you know why {who} {did} {what}?")
 MAX_DRAWS = 100_000
+MADE_UP_SEED = 7  # not the seed the seed-units benchmark draws its 50-character inputs with
 
 
 def _draw(rng: random.Random) -> str:
@@ -52,3 +53,10 @@ def fixed_length_sentences(count: int, seed: int = 0, low: int = 48,
         raise ValueError(f"found only {len(found)} different sentences of {low}-{high} "
                          f"characters in {MAX_DRAWS} draws; ask for fewer or widen the range")
     return list(found)
+
+
+def made_up_sentences(count: int, seed: int = MADE_UP_SEED) -> list[str]:
+    """`count` made-up sentences of 20 to 120 characters (the templates make 40 to 60): texts
+    no meter or gate was tuned on, and as many as a check needs to be settled (the lab's sets
+    hold 25 sentences; a WER verdict often needs hundreds)."""
+    return fixed_length_sentences(count, seed, low=20, high=120)

@@ -3,7 +3,7 @@ on every run."""
 
 import pytest
 
-from lab.frontend.fixed_length import fixed_length_sentences
+from lab.frontend.fixed_length import fixed_length_sentences, made_up_sentences
 
 
 def test_sentences_fall_in_the_band_and_differ():
@@ -27,3 +27,10 @@ def test_sentences_read_as_sentences():
 def test_a_band_no_template_reaches_is_refused():
     with pytest.raises(ValueError, match="only 0 different sentences"):
         fixed_length_sentences(1, low=5, high=6)
+
+
+def test_made_up_sentences_differ_and_come_the_same_every_run():
+    texts = made_up_sentences(200)
+    assert len(set(texts)) == 200 and all(20 <= len(t) <= 120 for t in texts)
+    assert made_up_sentences(5) == texts[:5]
+    assert made_up_sentences(5) != made_up_sentences(5, seed=8)
