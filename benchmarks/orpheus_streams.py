@@ -41,7 +41,6 @@ import functools
 import itertools
 import json
 import math
-import shlex
 import statistics
 import sys
 import time
@@ -53,6 +52,7 @@ from pathlib import Path
 import torch
 
 from lab.bench.arrivals import poisson_arrivals
+from lab.bench.report import command_line
 from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.heap import freeze_survivors
@@ -904,8 +904,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def run(args: argparse.Namespace, argv: list[str] | None, threads: int) -> dict:
-    command = "python benchmarks/orpheus_streams.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = command_line(["python", "benchmarks/orpheus_streams.py",
+                            *(argv if argv is not None else sys.argv[1:])])
     device = torch.device("cpu" if args.smoke or not torch.cuda.is_available() else "cuda")
     streams = counts(args.streams, int)
     tokens = 7 * args.frames

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
 import sys
 import tempfile
@@ -48,7 +47,7 @@ from pathlib import Path
 from tqdm import tqdm
 from voice_bench import compiled_graphs, header, record_phonemes, replay_phonemes
 
-from lab.bench.report import PASS_PREFIX, folded, markdown_table, run_meta, write_json
+from lab.bench.report import PASS_PREFIX, command_line, folded, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset
 from lab.frontend import fixed_length_sentences
 from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
@@ -398,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
         latency, throughput = measure(args, texts)
     phonemes = (f"replayed from {args.phonemes} (recorded with espeak-ng)" if args.phonemes
                 else "espeak-ng")
-    meta = run_meta(command=f"python {shlex.join(sys.argv)}", threads=threads,
+    meta = run_meta(command=f"python {command_line(sys.argv)}", threads=threads,
                     repeats=args.repeats, phonemes=f"{phonemes}; the Orpheus rows read words")
     orpheus = "orpheus" in args.families
     result = {"meta": meta, "device": args.device, "seed": SEED,

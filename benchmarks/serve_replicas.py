@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from lab.bench.load_report import RequestRecord, table_rows
 from lab.bench.loadtest import LoadPlan, SpeechTarget, run_load
-from lab.bench.report import anomaly_lines, markdown_table, run_meta, write_json
+from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.serve import ServeOptions
 from lab.serve.replicas import LabReplicas, Placement
@@ -88,7 +87,7 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
         records += [{"replicas": replicas, **asdict(r)} for r in more_records]
     rows = with_ratios(rows)
     placements = [Placement.of(cfg, n) for n in args.replicas]
-    meta = run_meta(command=f"python {shlex.join(sys.argv)}", preset=args.preset,
+    meta = run_meta(command=f"python {command_line(sys.argv)}", preset=args.preset,
                     overrides=" ".join(args.set), weights=f"{cfg.weights} "
                     f"({cfg.family}:{cfg.model})", format=args.format, timeout_s=args.timeout,
                     placements=[asdict(p) for p in placements],

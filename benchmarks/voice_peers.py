@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from voice_bench import header
 
-from lab.bench.report import folded, markdown_table, run_meta, write_json
+from lab.bench.report import command_line, folded, markdown_table, run_meta, write_json
 from lab.frontend import sentence_set
 from lab.models.piper_voice import VoiceSettings, read_settings, resolve_voice_file
 
@@ -259,7 +258,7 @@ def measure(args: argparse.Namespace) -> dict:
     rows = with_ratio([summary(name, r) for name, r in runs.items()])
     path, _ = piper_voice_file()
     return {
-        "meta": run_meta(command="python " + shlex.join(sys.argv), threads=args.threads,
+        "meta": run_meta(command="python " + command_line(sys.argv), threads=args.threads,
                          repeats=f"{args.rounds} rounds x {args.repeats} passes",
                          sets=args.sets, sentences=len(texts_of(args)),
                          phonemes="espeak-ng, through the voice's frontend"),
