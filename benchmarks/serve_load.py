@@ -39,7 +39,13 @@ import httpx
 from tqdm import tqdm
 
 from lab.bench.arrivals import open_loop, poisson_arrivals
-from lab.bench.load_report import PointSummary, RequestRecord, summarize, table_rows
+from lab.bench.load_report import (
+    PointSummary,
+    RequestRecord,
+    over_time,
+    summarize,
+    table_rows,
+)
 from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, draw_texts, run_load
 from lab.bench.playback import Timeline
 from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
@@ -192,10 +198,36 @@ def _lock(meta: dict) -> str:
     return f"; Python's lock changes hands every {interval:g} ms at most in both"
 
 
+WINDOW_S = 3.0
+
+
+def timelines(result: dict, width_s: float = WINDOW_S) -> list[str]:
+    """Per open-loop point, its requests by arrival slice (`lab.bench.load_report.over_time`):
+    whether a tail came from one burst of arrivals or from the whole point."""
+    points: dict[tuple[str, float], list[RequestRecord]] = {}
+    for r in result.get("requests", []):
+        if "open" in r["shape"]:
+            points.setdefault((r["shape"], r["load"]), []).append(RequestRecord(**r))
+    parts = []
+    for (shape, load), records in points.items():
+        rows = [{"arrived_s": f"{w.start_s:g}-{w.start_s + width_s:g}",
+                 **{k: v for k, v in asdict(w).items() if k != "start_s"}}
+                for w in over_time(records, width_s)]
+        parts += [f"### {shape} {load:g}/s over time", "", markdown_table(rows), ""]
+    if not parts:
+        return []
+    return ["", f"## Over time: open-loop points by {width_s:g} s of arrivals", "",
+            "Each row holds the requests that arrived in its slice: their arrival rate, the "
+            "streams in flight on average during the slice, their TTFA and the share that "
+            "stayed real time. Poisson arrivals bunch: a slice above the mean rate builds up "
+            "streams, and the TTFA of the slices during and after it rises.", "", *parts]
+
+
 def write(result: dict, out: Path, stem: str) -> None:
     write_json(result, out, stem)
     parts = [f"# Serving under load ({result['meta'].get('device', '')})", *header(result), "",
-             markdown_table(result["table"]), "\n\n".join(result.get("notes", []))]
+             markdown_table(result["table"]), "\n\n".join(result.get("notes", [])),
+             *timelines(result)]
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
 
 

@@ -87,16 +87,56 @@ def _ms(values: Sequence[float], q: float) -> float | None:
     return None if value is None else round(value * 1000, 1)
 
 
+def in_flight(records: Sequence[RequestRecord], start: float, stop: float) -> float:
+    """Streams in flight on average between `start` and `stop` (stop > start), each request
+    counted from when it was due to its last byte."""
+    busy = sum(max(0.0, min(r.due_s + r.latency_s, stop) - max(r.due_s, start)) for r in records)
+    return busy / (stop - start)
+
+
 def middle_half(records: Sequence[RequestRecord]) -> tuple[float | None, list[RequestRecord]]:
     """Streams in flight on average between a quarter and three quarters of the way to the
-    last arrival (each request counted from when it was due to its last byte), and the
-    requests that arrived in that window. None and [] when the arrivals span no time."""
+    last arrival, and the requests that arrived in that window. None and [] when the arrivals
+    span no time."""
     last = max((r.due_s for r in records), default=0.0)
     start, stop = last / 4, 3 * last / 4
     if stop <= start:
         return None, []
-    busy = sum(max(0.0, min(r.due_s + r.latency_s, stop) - max(r.due_s, start)) for r in records)
-    return busy / (stop - start), [r for r in records if start <= r.due_s <= stop]
+    return in_flight(records, start, stop), [r for r in records if start <= r.due_s <= stop]
+
+
+@dataclass(frozen=True)
+class Window:
+    """The requests that arrived in one slice of an open-loop point's arrival time."""
+
+    start_s: float
+    arrivals_per_s: float
+    streams: float
+    ttfa_p50_ms: float | None
+    ttfa_p95_ms: float | None
+    realtime_fraction: float
+
+
+def over_time(records: Sequence[RequestRecord], width_s: float) -> list[Window]:
+    """The point cut into slices of `width_s` seconds by arrival. Poisson arrivals come in
+    bursts: a slice that ran above the mean rate builds up streams, and the requests arriving
+    in and just after it wait longer for their first audio. A whole-point p95 cannot say
+    whether its tail came from one burst or from every slice; this can."""
+    if width_s <= 0:
+        raise ValueError(f"width_s must be positive; got {width_s}")
+    last = max((r.due_s for r in records), default=0.0)
+    windows = []
+    for i in range(int(last // width_s) + 1):
+        start = i * width_s
+        here = [r for r in records if start <= r.due_s < start + width_s]
+        ttfa = [r.ttfa_s for r in here if r.error is None and r.ttfa_s is not None]
+        windows.append(Window(
+            start_s=round(start, 3), arrivals_per_s=round(len(here) / width_s, 2),
+            streams=round(in_flight(records, start, start + width_s), 1),
+            ttfa_p50_ms=_ms(ttfa, 50), ttfa_p95_ms=_ms(ttfa, 95),
+            realtime_fraction=round(sum(r.realtime for r in here) / len(here), 3)
+            if here else 0.0))
+    return windows
 
 
 def summarize(records: Sequence[RequestRecord], shape: str, load: float,
@@ -149,9 +189,20 @@ def write_json(path: Path, meta: dict, rows: Sequence[PointSummary],
                              "requests": [dataclasses.asdict(r) for r in records]}) + "\n")
 
 
-def write_html(path: Path, rows: Sequence[PointSummary], title: str) -> None:
-    """A self-contained page: plotly.js is inlined, so it opens offline and travels alone."""
-    figure(rows, title).write_html(path, include_plotlyjs=True, full_html=True)
+TIMELINE_WINDOW_S = 3.0
+
+
+def write_html(path: Path, rows: Sequence[PointSummary], title: str,
+               records: Sequence[RequestRecord] = ()) -> None:
+    """A self-contained page: plotly.js is inlined, so it opens offline and travels alone.
+    Below the sweep, the open-loop points over time, where `records` hold any."""
+    figures = [figure(rows, title)]
+    timeline = timeline_figure(records, TIMELINE_WINDOW_S)
+    figures += [timeline] if timeline is not None else []
+    parts = [fig.to_html(include_plotlyjs=i == 0, full_html=False)
+             for i, fig in enumerate(figures)]
+    path.write_text(f"<html><head><meta charset='utf-8'><title>{title}</title></head><body>"
+                    + "".join(parts) + "</body></html>\n")
 
 
 def figure(rows: Sequence[PointSummary], title: str):
@@ -178,4 +229,38 @@ def figure(rows: Sequence[PointSummary], title: str):
             fig.add_trace(go.Bar(x=x, y=[r.errors.get(kind, 0) for r in points],
                                  name=f"{shape} errors: {kind}"), i, 3)
     fig.update_layout(title=title, barmode="stack", height=360 * max(1, len(shapes)))
+    return fig
+
+
+def timeline_figure(records: Sequence[RequestRecord], width_s: float):
+    """Per open-loop point, against arrival time in slices of `width_s` (`over_time`): the
+    arrival rate, the streams in flight, and TTFA p50/p95. None without open-loop records.
+    Its sweep figure gives one p95 per point; this shows whether a burst made it."""
+    import plotly.colors
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    points: dict[float, list[RequestRecord]] = {}
+    for r in records:
+        if r.shape == "open":
+            points.setdefault(r.load, []).append(r)
+    if not points:
+        return None
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(
+        "arrivals per second", "streams in flight", "TTFA ms (p50 dotted, p95 solid)"))
+    palette = plotly.colors.qualitative.Plotly
+    for i, (load, point) in enumerate(sorted(points.items())):
+        windows = over_time(point, width_s)
+        x = [w.start_s + width_s / 2 for w in windows]
+        series = [("arrivals", 1, "solid", [w.arrivals_per_s for w in windows]),
+                  ("streams", 2, "solid", [w.streams for w in windows]),
+                  ("TTFA p50", 3, "dot", [w.ttfa_p50_ms for w in windows]),
+                  ("TTFA p95", 3, "solid", [w.ttfa_p95_ms for w in windows])]
+        for what, col, dash, y in series:  # one colour per load point across the panels
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"{load:g}/s {what}",
+                                     legendgroup=f"{load:g}",
+                                     line={"dash": dash, "color": palette[i % len(palette)]}),
+                          1, col)
+    fig.update_xaxes(title_text=f"arrival time, s (slices of {width_s:g} s)")
+    fig.update_layout(title="Open-loop points over time", height=380)
     return fig

@@ -326,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
     meta = run_meta(**asdict(result.target), **asdict(plan))
     json_path, html_path = out / f"{args.stem}.json", out / f"{args.stem}.html"
     write_json(json_path, meta, result.rows, result.records)
-    write_html(html_path, result.rows, f"Load test of {target.url}")
+    write_html(html_path, result.rows, f"Load test of {target.url}", result.records)
     print(markdown_table(table_rows(result.rows)))
     print(f"wrote {json_path} and {html_path}")
     return 0 if result.got_audio else 1

@@ -214,7 +214,7 @@ class SweepLog:
         self.shown.append(table_row(row, busy_percent))
         html_path = self.json_path.with_suffix(".html")
         write_json(self.json_path, self.meta, self.rows, self.records)
-        write_html(html_path, self.rows, f"Load test of {self.meta['url']}")
+        write_html(html_path, self.rows, f"Load test of {self.meta['url']}", self.records)
         return [str(self.json_path), str(html_path)]
 
 

@@ -19,7 +19,14 @@ import pytest
 import soundfile as sf
 
 from lab.bench.arrivals import closed_loop, open_loop, poisson_arrivals
-from lab.bench.load_report import RequestRecord, figure, percentile, summarize
+from lab.bench.load_report import (
+    RequestRecord,
+    figure,
+    over_time,
+    percentile,
+    summarize,
+    timeline_figure,
+)
 from lab.bench.loadtest import main, speech_url
 from lab.bench.loopback import NotLoopback, is_loopback_host, loopback_url
 from lab.bench.playback import Timeline
@@ -235,6 +242,24 @@ def test_the_middle_half_holds_the_built_up_concurrency_past_ramp_and_drain():
     assert row.ttfa_p95_ms == pytest.approx(2000.0)
 
 
+def test_over_time_finds_the_burst_behind_a_tail():
+    """Two arrivals a second for 6 s, except a burst of ten in [3, 4) whose requests wait
+    longer: the slices show the burst's rate, its build-up of streams and its TTFA."""
+    dues = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, *(3 + i / 10 for i in range(10)), 4.0, 4.5, 5.0, 5.5]
+    records = [replace(record(0.9 if 3 <= due < 4 else 0.2, 0.1 if due < 4 else -0.1,
+                              latency=1.0), due_s=due) for due in dues]
+    windows = over_time(records, 1.0)
+    assert [w.start_s for w in windows] == [0, 1, 2, 3, 4, 5]
+    assert [w.arrivals_per_s for w in windows] == [2, 2, 2, 10, 2, 2]
+    assert windows[3].ttfa_p95_ms == pytest.approx(900.0)
+    assert windows[2].ttfa_p50_ms == pytest.approx(200.0)
+    assert windows[3].streams == pytest.approx(6.0)  # 5.5 s of the burst, 0.5 from 2.5 s
+    assert windows[1].streams == pytest.approx(2.0, abs=0.01)  # two of 1 s each, every second
+    assert [w.realtime_fraction for w in windows] == [1, 1, 1, 1, 0, 0]
+    with pytest.raises(ValueError, match="width_s must be positive"):
+        over_time(records, 0)
+
+
 # --- whole runs against real servers on 127.0.0.1 ---------------------------------------
 
 
@@ -318,6 +343,7 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
     assert all(0 <= r["realtime_fraction"] <= 1 and r["ttfa_p50_ms"] > 0 for r in rows)
     html = (tmp_path / "run.html").read_text()
     assert "plotly" in html and "TTFA" in html and "<script" in html
+    assert "Open-loop points over time" in html and html.count("plotly.js v") == 1
     out = capsys.readouterr().out
     assert "| shape | load |" in out and "ttfa_p95_ms" in out
 
@@ -424,6 +450,18 @@ def test_the_figure_plots_ttfa_real_time_and_errors_per_shape():
     assert list(fig.data[0].x) == [1, 2, 4]
     assert list(fig.data[3].y) == [0, 0, 1]
     assert list(fig.data[2].y) == [0.5, 0.5, 0.5]
+
+
+def test_the_timeline_figure_plots_each_open_point_over_arrival_time():
+    records = [replace(record(0.1 + i / 100, 0.1), shape="open", load=load, due_s=i / load)
+               for load in (2.0, 4.0) for i in range(12)]
+    fig = timeline_figure([*records, record(0.2, 0.1)], 1.0)  # the closed one is left out
+    names = [trace.name for trace in fig.data]
+    assert names == [f"{load}/s {what}" for load in ("2", "4")
+                     for what in ("arrivals", "streams", "TTFA p50", "TTFA p95")]
+    assert list(fig.data[0].x) == [0.5, 1.5, 2.5, 3.5, 4.5, 5.5]
+    assert list(fig.data[0].y) == [2] * 6 and list(fig.data[4].y) == [4, 4, 4]
+    assert timeline_figure([record(0.2, 0.1)], 1.0) is None
 
 
 def test_open_loop_over_http_sends_on_schedule_while_nothing_answers(tmp_path):

@@ -52,3 +52,4 @@ def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, 
     final = json.loads((tmp_path / "s.json").read_text())
     assert serve_load.PARTIAL not in final["anomalies"] and final["meta"]["model"]
     assert "--out" not in final["meta"]["command"] and "--stem s" in final["meta"]["command"]
+    assert "### open 1/s over time" in (tmp_path / "s.md").read_text()
