@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from lab.bench.arrivals import open_loop, poisson_arrivals
 from lab.bench.load_report import (
+    SLICE_S,
     PointSummary,
     RequestRecord,
     over_time,
@@ -198,10 +199,7 @@ def _lock(meta: dict) -> str:
     return f"; Python's lock changes hands every {interval:g} ms at most in both"
 
 
-WINDOW_S = 3.0
-
-
-def timelines(result: dict, width_s: float = WINDOW_S) -> list[str]:
+def timelines(result: dict, width_s: float = SLICE_S) -> list[str]:
     """Per open-loop point, its requests by arrival slice (`lab.bench.load_report.over_time`):
     whether a tail came from one burst of arrivals or from the whole point."""
     points: dict[tuple[str, float], list[RequestRecord]] = {}

@@ -10,6 +10,7 @@ The JSON keeps every request, so anything else can be computed later without a r
 from __future__ import annotations
 
 import dataclasses
+import html
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -121,7 +122,8 @@ def over_time(records: Sequence[RequestRecord], width_s: float) -> list[Window]:
     """The point cut into slices of `width_s` seconds by arrival. Poisson arrivals come in
     bursts: a slice that ran above the mean rate builds up streams, and the requests arriving
     in and just after it wait longer for their first audio. A whole-point p95 cannot say
-    whether its tail came from one burst or from every slice; this can."""
+    whether its tail came from one burst or from every slice; this can. The last slice ends at
+    the last arrival, so where the point stopped inside it, its rate reads low."""
     if width_s <= 0:
         raise ValueError(f"width_s must be positive; got {width_s}")
     last = max((r.due_s for r in records), default=0.0)
@@ -189,7 +191,8 @@ def write_json(path: Path, meta: dict, rows: Sequence[PointSummary],
                              "requests": [dataclasses.asdict(r) for r in records]}) + "\n")
 
 
-TIMELINE_WINDOW_S = 3.0
+SLICE_S = 3.0
+"""The width of the slices that reports follow open-loop points over time in."""
 
 
 def write_html(path: Path, rows: Sequence[PointSummary], title: str,
@@ -197,11 +200,12 @@ def write_html(path: Path, rows: Sequence[PointSummary], title: str,
     """A self-contained page: plotly.js is inlined, so it opens offline and travels alone.
     Below the sweep, the open-loop points over time, where `records` hold any."""
     figures = [figure(rows, title)]
-    timeline = timeline_figure(records, TIMELINE_WINDOW_S)
+    timeline = timeline_figure(records, SLICE_S)
     figures += [timeline] if timeline is not None else []
     parts = [fig.to_html(include_plotlyjs=i == 0, full_html=False)
              for i, fig in enumerate(figures)]
-    path.write_text(f"<html><head><meta charset='utf-8'><title>{title}</title></head><body>"
+    path.write_text(f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                    "</head><body>"
                     + "".join(parts) + "</body></html>\n")
 
 
