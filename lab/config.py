@@ -49,6 +49,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "batch_size": (1, 512),
     "decode_interval": (1, 512),
     "max_decode_interval": (0, 512),
+    "grow_lead_ms": (0, 5000),
     "first_chunk_frames": (0, 640),
     "first_chunk_wait": (0, 640),
     "overlap": (0, 128),
@@ -93,7 +94,9 @@ class PipelineConfig:
     on each side, and neighbouring chunks are blended over `crossfade_ms`. A codec stream's
     chunks grow up to `max_decode_interval` frames while its listener has audio in hand
     (`lab.stream.codec_stream.StreamWindow`), so the codec re-decodes less context per frame;
-    0 keeps every chunk at `decode_interval`. Its first chunk emits `first_chunk_frames`
+    0 keeps every chunk at `decode_interval`. "Audio in hand" is more than `grow_lead_ms`:
+    lower, chunks grow sooner and the codec takes less of the GPU under load; higher, a
+    listener holds more against a slow step. Its first chunk emits `first_chunk_frames`
     (0: `decode_interval`, at most `decode_interval + overlap`) at the moment the first
     `decode_interval` frames would go out, with less right context for its end: the same time
     to first audio, more audio in hand against an early slow step. `first_chunk_wait` (0:
@@ -123,6 +126,7 @@ class PipelineConfig:
     stream: bool = True
     decode_interval: int = 24
     max_decode_interval: int = 0
+    grow_lead_ms: float = 250.0
     first_chunk_frames: int = 0
     first_chunk_wait: int = 0
     overlap: int = 12

@@ -138,3 +138,5 @@ def test_a_first_chunk_lies_between_the_decode_interval_and_its_right_context():
         PipelineConfig(decode_interval=1, overlap=2, first_chunk_frames=3, first_chunk_wait=2)
     cfg = PipelineConfig(decode_interval=1, overlap=2, first_chunk_frames=2, first_chunk_wait=2)
     assert (cfg.first_chunk_frames, cfg.first_chunk_wait) == (2, 2)
+    with pytest.raises(ConfigError, match=r"grow_lead_ms=-5.0 is out of range"):
+        PipelineConfig(grow_lead_ms=-5.0)

@@ -107,7 +107,8 @@ def greedy_by_serving_knobs():
     """The tiny Orpheus pipeline, greedy, plain and with each serving knob of the engine."""
     knobs = {"plain": {}, "prefix": {"prefix_cache": True}, "mixed": {"mixed_prefill": 8},
              "fp8": {"kv_dtype": "fp8-e4m3"}, "side": {"codec_side_stream": True},
-             "grow": {"max_decode_interval": 8}, "codec_bf16": {"codec_dtype": "bf16"},
+             "grow": {"max_decode_interval": 8, "grow_lead_ms": 100.0},
+             "codec_bf16": {"codec_dtype": "bf16"},
              "first": {"first_chunk_frames": 3},
              "wait": {"first_chunk_frames": 2, "first_chunk_wait": 2}}
     return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
@@ -165,6 +166,7 @@ def test_growing_chunks_reach_the_decoder_and_leave_the_audio_alone(greedy_by_se
     pipe, plain = greedy_by_serving_knobs["grow"], greedy_by_serving_knobs["plain"]
     window = pipe.backend.tts.decoder.window
     assert (window.hop, window.max_hop, window.hops) == (1, 8, (1, 2, 4, 8))
+    assert (pipe.backend.tts.decoder.guard_s, plain.backend.tts.decoder.guard_s) == (0.1, 0.25)
     before = [p.backend.tts.decoder.decoded_windows for p in (pipe, plain)]
     ours, theirs = pipe.synthesize(TEXTS[2]), plain.synthesize(TEXTS[2])
     np.testing.assert_allclose(ours.audio, theirs.audio, atol=1e-4)

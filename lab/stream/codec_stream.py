@@ -39,6 +39,12 @@ class Codec(Protocol):
         """Audio [B, F * frame_samples] for code frames [B, F, frame_codes]."""
 
 
+# A stream that may grow its chunks waits for more frames only while its listener holds more
+# than this much audio: enough to ride out a slow step (a prefill, a capture) and the side
+# stream's decode before the next chunk lands.
+GUARD_S = 0.25
+
+
 @dataclass(frozen=True)
 class StreamWindow:
     """Emit `hop` frames per chunk, decoded with `left` frames before and `right` after.
@@ -60,6 +66,11 @@ class StreamWindow:
     steps for SNAC), for less right context at the first chunk's end; `first` then lies in
     [hop, wait].
 
+    `guard_s` is how much audio a listener must hold before its stream waits for a bigger
+    chunk. A larger guard rides out longer slow steps; a smaller one lets chunks grow sooner,
+    so under load, when streams hold little, the codec re-decodes less context and leaves the
+    GPU to the LM's steps.
+
     The defaults are the reference Orpheus decoder's choice: a 4-frame window whose second
     frame is kept.
     """
@@ -70,10 +81,14 @@ class StreamWindow:
     max_hop: int = 0
     first: int = 0
     wait: int = 0
+    guard_s: float = GUARD_S
 
     def __post_init__(self) -> None:
         if self.hop < 1 or self.left < 0 or self.right < 0:
             raise CodecError(f"window needs hop >= 1 and left, right >= 0; got {self}")
+        if self.guard_s < 0:
+            raise CodecError(f"guard_s={self.guard_s} is negative; the audio a listener holds "
+                             f"before chunks grow is 0 s or more")
         if self.max_hop and self.max_hop < self.hop:
             raise CodecError(f"max_hop={self.max_hop} is below hop={self.hop}; use 0 for "
                              f"chunks of hop frames only, or a value >= hop")
@@ -145,12 +160,6 @@ class _Job:
     final: bool
 
 
-# A stream that may grow its chunks waits for more frames only while its listener holds more
-# than this much audio: enough to ride out a slow step (a prefill, a capture) and the side
-# stream's decode before the next chunk lands.
-GUARD_S = 0.25
-
-
 class StreamingDecoder:
     """Per-stream frame buffers and the windowed, batched decode of everything due.
 
@@ -162,16 +171,16 @@ class StreamingDecoder:
     From the `left`-th chunk on every window is `left + hop + right` frames long.
 
     Where the window lets chunks grow (`max_hop`), a stream ready to emit waits for a bigger
-    chunk while the audio already sent runs ahead of playback by more than `guard_s`; playback
+    chunk while the audio already sent runs ahead of playback by more than the window's
+    `guard_s`; playback
     is counted from the first chunk's launch on `clock`, which is earlier than any listener
     can start, so the estimate errs on the side of emitting.
     """
 
     def __init__(self, codec: Codec, window: StreamWindow | None = None,
-                 side_stream: bool = False, *, clock=time.monotonic,
-                 guard_s: float = GUARD_S) -> None:
+                 side_stream: bool = False, *, clock=time.monotonic) -> None:
         self.codec, self.window = codec, window or StreamWindow()
-        self.clock, self.guard_s = clock, guard_s
+        self.clock, self.guard_s = clock, self.window.guard_s
         self.frame_s = codec.frame_samples / codec.sample_rate
         self.streams: dict[str, _Stream] = {}
         self._touched: set[str] = set()  # streams pushed or closed since the last launch

@@ -36,6 +36,7 @@ KNOB_FIELDS = (
     "batch_size",
     "decode_interval",
     "max_decode_interval",
+    "grow_lead_ms",
     "first_chunk_frames",
     "first_chunk_wait",
     "overlap",
@@ -65,6 +66,7 @@ LABELS = {
     "batch_size": "Batch size",
     "decode_interval": "Decode interval (frames)",
     "max_decode_interval": "Grow chunks up to (frames; 0 = fixed)",
+    "grow_lead_ms": "Grow chunks once audio in hand exceeds (ms)",
     "first_chunk_frames": "First chunk (frames; 0 = decode interval)",
     "first_chunk_wait": "First chunk waits for (frames; 0 = decode interval + overlap)",
     "overlap": "Window overlap (frames)",
@@ -81,7 +83,7 @@ LABELS = {
     "top_p": "Top-p",
     "sampling": "Sampling (temperature, top-p)",
 }
-STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1,
+STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1, "grow_lead_ms": 10,
          "first_chunk_frames": 1, "first_chunk_wait": 1, "mixed_prefill": 8,
          "overlap": 1, "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
 
@@ -225,6 +227,7 @@ class Knobs:
     batch_size: gr.Slider
     decode_interval: gr.Slider
     max_decode_interval: gr.Slider
+    grow_lead_ms: gr.Slider
     first_chunk_frames: gr.Slider
     first_chunk_wait: gr.Slider
     overlap: gr.Slider
@@ -299,10 +302,10 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
                       elem_id=f"{key}-ar-engine") as engine:
         with gr.Row():
             kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
-            mixed_prefill, max_interval, first_chunk, first_wait = (
+            mixed_prefill, max_interval, grow_lead, first_chunk, first_wait = (
                 _slider(n, v[n], key, fam)
-                for n in ("mixed_prefill", "max_decode_interval", "first_chunk_frames",
-                          "first_chunk_wait"))
+                for n in ("mixed_prefill", "max_decode_interval", "grow_lead_ms",
+                          "first_chunk_frames", "first_chunk_wait"))
             batching, graphs, prefix_cache, side_stream = (
                 _checkbox(n, v[n], key, fam)
                 for n in ("continuous_batching", "cuda_graphs", "prefix_cache",
@@ -311,7 +314,8 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
             temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, codec_dtype, quant, compile_mode, batch_size,
-                  decode_interval, max_interval, first_chunk, first_wait, overlap, crossfade, seed,
+                  decode_interval, max_interval, grow_lead, first_chunk, first_wait, overlap,
+                  crossfade, seed,
                   kv_cache, kv_dtype, mixed_prefill, batching, graphs, prefix_cache,
                   side_stream, temperature, top_p, note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],

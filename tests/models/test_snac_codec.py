@@ -193,6 +193,28 @@ def test_chunks_stay_small_when_frames_come_at_playback_speed(codec):
     assert sizes == [1] * len(sizes)
 
 
+def test_a_smaller_guard_grows_chunks_sooner_and_decodes_fewer_windows(codec):
+    """Frames a little faster than playback: a listener's lead builds up slowly, so with the
+    default guard the stream keeps emitting single frames longer; with a guard of one frame's
+    audio its chunks grow sooner, the codec decodes fewer windows, and both join exactly."""
+    frames, frame_s = codes(1, 40, seed=12), codec.frame_samples / codec.sample_rate
+    out = {}
+    for guard in (0.25, frame_s):
+        window = StreamWindow(hop=1, left=3, right=3, max_hop=8, guard_s=guard)
+        chunks, decoder = growing_stream(codec, window, frames, Clock(), frame_s / 1.5)
+        out[guard] = (chunks, decoder.decoded_windows,
+                      [len(c.audio) // codec.frame_samples for c in chunks])
+    (wide, wide_windows, wide_sizes), (tight, tight_windows, tight_sizes) = out.values()
+    first_grown = [next(i for i, n in enumerate(sizes) if n > 1)
+                   for sizes in (wide_sizes, tight_sizes)]
+    assert first_grown[1] < first_grown[0] and tight_windows < wide_windows
+    ref = codec.decode(frames)[0]
+    for chunks in (wide, tight):
+        assert snr_db(ref, torch.cat([c.audio for c in chunks])) >= 100.0
+    with pytest.raises(CodecError, match="guard_s=-0.1 is negative"):
+        StreamWindow(guard_s=-0.1)
+
+
 def test_a_max_hop_below_hop_is_refused():
     with pytest.raises(CodecError, match="max_hop=2 is below hop=4"):
         StreamWindow(hop=4, max_hop=2)

@@ -168,7 +168,7 @@ def test_every_shipped_preset_fits_every_panel_and_round_trips(built_app, preset
 def test_numeric_knob_ranges_are_the_config_limits(built_app):
     limits = {**LIMITS, **SAMPLING_LIMITS}
     numeric = [n for n in KNOB_FIELDS if n in limits]
-    assert numeric == ["batch_size", "decode_interval", "max_decode_interval",
+    assert numeric == ["batch_size", "decode_interval", "max_decode_interval", "grow_lead_ms",
                        "first_chunk_frames", "first_chunk_wait", "overlap", "crossfade_ms",
                        "seed", "mixed_prefill", "temperature", "top_p"]
     for panel in built_app.panels:
