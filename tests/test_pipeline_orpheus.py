@@ -166,7 +166,7 @@ def test_growing_chunks_reach_the_decoder_and_leave_the_audio_alone(greedy_by_se
     pipe, plain = greedy_by_serving_knobs["grow"], greedy_by_serving_knobs["plain"]
     window = pipe.backend.tts.decoder.window
     assert (window.hop, window.max_hop, window.hops) == (1, 8, (1, 2, 4, 8))
-    assert (pipe.backend.tts.decoder.guard_s, plain.backend.tts.decoder.guard_s) == (0.1, 0.25)
+    assert (window.guard_s, plain.backend.tts.decoder.window.guard_s) == (0.1, 0.25)
     before = [p.backend.tts.decoder.decoded_windows for p in (pipe, plain)]
     ours, theirs = pipe.synthesize(TEXTS[2]), plain.synthesize(TEXTS[2])
     np.testing.assert_allclose(ours.audio, theirs.audio, atol=1e-4)

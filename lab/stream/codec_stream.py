@@ -172,15 +172,14 @@ class StreamingDecoder:
 
     Where the window lets chunks grow (`max_hop`), a stream ready to emit waits for a bigger
     chunk while the audio already sent runs ahead of playback by more than the window's
-    `guard_s`; playback
-    is counted from the first chunk's launch on `clock`, which is earlier than any listener
-    can start, so the estimate errs on the side of emitting.
+    `guard_s`; playback is counted from the first chunk's launch on `clock`, which is earlier
+    than any listener can start, so the estimate errs on the side of emitting.
     """
 
     def __init__(self, codec: Codec, window: StreamWindow | None = None,
                  side_stream: bool = False, *, clock=time.monotonic) -> None:
         self.codec, self.window = codec, window or StreamWindow()
-        self.clock, self.guard_s = clock, self.window.guard_s
+        self.clock = clock
         self.frame_s = codec.frame_samples / codec.sample_rate
         self.streams: dict[str, _Stream] = {}
         self._touched: set[str] = set()  # streams pushed or closed since the last launch
@@ -252,7 +251,7 @@ class StreamingDecoder:
         if s.chunks == 0 or sizes[-1] == self.window.hops[-1]:
             return sizes[-1] if s.chunks else sizes[0]
         ahead = s.emitted * self.frame_s - (now - s.started)
-        return sizes[-1] if ahead <= self.guard_s else None
+        return sizes[-1] if ahead <= self.window.guard_s else None
 
     def due(self) -> list[_Job]:
         """One job per stream that can emit now. Only streams that changed since the last
@@ -273,7 +272,7 @@ class StreamingDecoder:
                 if not job.final:
                     self._touched.add(sid)
             elif self._waits(stream):
-                wake = stream.started + stream.emitted * self.frame_s - self.guard_s
+                wake = stream.started + stream.emitted * self.frame_s - self.window.guard_s
                 heapq.heappush(self._waking, (wake, sid))
         return jobs
 

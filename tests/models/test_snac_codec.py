@@ -235,7 +235,7 @@ def test_a_waiting_stream_emits_when_its_lead_runs_out_without_a_new_frame(codec
         sizes += [len(c.audio) // codec.frame_samples for c in decoder.decode_due()]
     assert sizes == [1, 1, 1]  # three frames in hand: ahead by 0.256 s, more than the guard
     assert decoder.decode_due() == []  # it waits for a chunk of 8
-    clock.now = 3 * decoder.frame_s - decoder.guard_s + 1e-9  # its lead is down to the guard
+    clock.now = 3 * decoder.frame_s - decoder.window.guard_s + 1e-9  # its lead is down to the guard
     (chunk,) = decoder.decode_due()
     assert len(chunk.audio) // codec.frame_samples == 4  # 7 ready: the largest size they fill
 
