@@ -126,6 +126,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="prompt tokens a decode step may carry (0: prompts prefill alone)")
     p.add_argument("--prefix-cache", default="off", choices=("off", "on", "both"),
                    help="keep the voice's shared prompt prefix (both: each rate off, then on)")
+    p.add_argument("--grow-lead-ms", default="",
+                   help="compare these growth thresholds (ms, comma-separated; the config's "
+                        "grow_lead_ms) on the one build, each rate in turn ('': the build's)")
     p.add_argument("--reference-tokens", type=int, default=0,
                    help="tokens of a speaker reference before every prompt (a cloned voice)")
     p.add_argument("--snac-table", default="on", choices=("on", "off"),
@@ -212,6 +215,16 @@ def use_prefix_cache(tts: TokenTTS, on: bool) -> None:
     tts.engine.runner.prefixes.clear()
     if on:
         tts.engine.cache_prefix(tts.format.voice_prefix("tara"))
+
+
+def use_grow_lead(tts: TokenTTS, ms: float | None) -> float:
+    """Set the audio in hand past which the decoder's streams grow their chunks (None: keep
+    it); the value in force, in ms. Between runs no stream is open, so nothing waits on the
+    old threshold."""
+    decoder = tts.decoder
+    if ms is not None:
+        decoder.window = replace(decoder.window, guard_s=ms / 1000)
+    return round(decoder.window.guard_s * 1000, 3)
 
 
 def lm_shape(args: argparse.Namespace) -> str:
@@ -539,15 +552,17 @@ def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) ->
     settle(tts, serve_open_loop(tts, warm, warm_tokens, args.drain_timeout + 1.0))
     rows = []
     settings = {"off": [False], "on": [True], "both": [False, True]}[args.prefix_cache]
-    for rate, prefix in itertools.product(rates, settings):
+    leads = counts(args.grow_lead_ms, float) or [None]
+    for rate, prefix, lead in itertools.product(rates, settings, leads):
         offsets = poisson_arrivals(rate, MAX_REQUESTS, args.duration, args.seed)
         if not offsets:
             raise SystemExit(f"no arrival in {args.duration} s at {rate}/s (seed {args.seed}): "
                              "raise --duration")
         use_prefix_cache(tts, prefix)
+        grow_lead = use_grow_lead(tts, lead)
         measure = functools.partial(run_open_loop, tts, offsets, args.duration, args.tokens,
                                     args.drain_timeout)
-        rows.append({"rate": rate, "prefix_cache": prefix,
+        rows.append({"rate": rate, "prefix_cache": prefix, "grow_lead_ms": grow_lead,
                      **repeated(measure, args.repeats, OPEN_SPREAD_KEYS, OPEN_PER_RUN_KEYS)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -776,16 +791,20 @@ def _open_loop_table(result: dict) -> list[str]:
              "the codec's device time over the wall time, overlapping the steps.\n",
              "'prefill / cached' are prompt tokens per request computed, and copied from the "
              "voice prefix cache.\n",
-             "| arrivals/s | prefix cache | prefill / cached tokens | requests (finished) | "
+             "'grow lead' is the audio in hand, in ms, past which a stream's chunks grow "
+             "(`grow_lead_ms`; '-': not recorded).\n",
+             "| arrivals/s | prefix cache | grow lead | prefill / cached tokens | "
+             "requests (finished) | "
              "in flight mean / peak | TTFA p50 / p95 ms | "
              "stream tok/s slowest / p50 | below RT | step p50 / p95 / max ms | "
              "wall prefill / decode / idle | SNAC |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in open_loop["rows"]:
         tokens = (f"{r['prefill_tokens_per_request']:.0f} / {r['cached_tokens_per_request']:.0f}"
                   if "cached_tokens_per_request" in r else "-")
         lines.append(
-            f"| {r['rate']:g} | {'on' if r.get('prefix_cache') else 'off'} | {tokens} | "
+            f"| {r['rate']:g} | {'on' if r.get('prefix_cache') else 'off'} | "
+            f"{_num(r, 'grow_lead_ms', 'g')} | {tokens} | "
             f"{r['requests']:g} ({r['finished']:g}) | "
             f"{_num(r, 'active_mean', '.1f')} / {r['active_peak']:g} | "
             f"{_num(r, 'ttfa_ms_p50', '.0f')} / {_num(r, 'ttfa_ms_p95', '.0f')} | "

@@ -306,6 +306,20 @@ def test_benchmark_measures_a_cloned_voice_with_and_without_its_prefix_cached(tm
     assert "| 5 | off |" in md and "| 5 | on |" in md
 
 
+def test_benchmark_compares_growth_thresholds_on_one_build(tmp_path):
+    """Each rate runs at every `--grow-lead-ms` in turn on the same engine and codec; each row
+    records the threshold the decoder held while it ran."""
+    bench = load_streams_benchmark()
+    result = bench.main(["--smoke", "--streams", "", "--grow-lead-ms", "250,0",
+                         "--out", str(tmp_path)])
+    rows = result["open_loop"]["rows"]
+    assert [(r["rate"], r["grow_lead_ms"]) for r in rows] == [(5, 250), (5, 0), (20, 250),
+                                                              (20, 0)]
+    assert all(r["finished"] == r["requests"] for r in rows)
+    md = (tmp_path / "orpheus_streams_smoke.md").read_text()
+    assert "| 5 | off | 250 |" in md and "| 20 | off | 0 |" in md
+
+
 def slowed(tts: TokenTTS, monkeypatch, seconds: float) -> TokenTTS:
     """Every step takes `seconds` longer, as on a busy server."""
     step = tts.step
