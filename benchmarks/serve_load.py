@@ -43,6 +43,7 @@ from lab.bench.load_report import (
     SLICE_S,
     PointSummary,
     RequestRecord,
+    open_points,
     over_time,
     summarize,
     table_rows,
@@ -202,11 +203,8 @@ def _lock(meta: dict) -> str:
 def timelines(result: dict, width_s: float = SLICE_S) -> list[str]:
     """Per open-loop point, its requests by arrival slice (`lab.bench.load_report.over_time`):
     whether a tail came from one burst of arrivals or from the whole point."""
-    points: dict[tuple[str, float], list[RequestRecord]] = {}
-    for r in result.get("requests", []):
-        if "open" in r["shape"]:
-            points.setdefault((r["shape"], r["load"]), []).append(RequestRecord(**r))
     parts = []
+    points = open_points([RequestRecord(**r) for r in result.get("requests", [])])
     for (shape, load), records in points.items():
         rows = [{"arrived_s": f"{w.start_s:g}-{w.start_s + width_s:g}",
                  **{k: v for k, v in asdict(w).items() if k != "start_s"}}

@@ -118,6 +118,15 @@ class Window:
     realtime_fraction: float
 
 
+def open_points(records: Sequence[RequestRecord]) -> dict[tuple[str, float], list[RequestRecord]]:
+    """The open-loop records (any shape named for it) grouped by (shape, load), in order."""
+    points: dict[tuple[str, float], list[RequestRecord]] = {}
+    for r in records:
+        if "open" in r.shape:
+            points.setdefault((r.shape, r.load), []).append(r)
+    return points
+
+
 def over_time(records: Sequence[RequestRecord], width_s: float) -> list[Window]:
     """The point cut into slices of `width_s` seconds by arrival. Poisson arrivals come in
     bursts: a slice that ran above the mean rate builds up streams, and the requests arriving
@@ -244,16 +253,13 @@ def timeline_figure(records: Sequence[RequestRecord], width_s: float):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    points: dict[float, list[RequestRecord]] = {}
-    for r in records:
-        if r.shape == "open":
-            points.setdefault(r.load, []).append(r)
+    points = open_points(records)
     if not points:
         return None
     fig = make_subplots(rows=1, cols=3, subplot_titles=(
         "arrivals per second", "streams in flight", "TTFA ms (p50 dotted, p95 solid)"))
     palette = plotly.colors.qualitative.Plotly
-    for i, (load, point) in enumerate(sorted(points.items())):
+    for i, ((_, load), point) in enumerate(sorted(points.items())):
         windows = over_time(point, width_s)
         x = [w.start_s + width_s / 2 for w in windows]
         series = [("arrivals", 1, "solid", [w.arrivals_per_s for w in windows]),

@@ -315,9 +315,8 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, codec_dtype, quant, compile_mode, batch_size,
                   decode_interval, max_interval, grow_lead, first_chunk, first_wait, overlap,
-                  crossfade, seed,
-                  kv_cache, kv_dtype, mixed_prefill, batching, graphs, prefix_cache,
-                  side_stream, temperature, top_p, note, engine)
+                  crossfade, seed, kv_cache, kv_dtype, mixed_prefill, batching, graphs,
+                  prefix_cache, side_stream, temperature, top_p, note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")
