@@ -53,10 +53,8 @@ from lab.bench.playback import Timeline
 from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.metrics.repeats import pinned_threads
-from lab.models.registry import family
 from lab.pipeline import AudioChunk, Pipeline
 from lab.serve.child import ServeProcess
-from lab.serve.offer import SINGLE_SPEAKER_VOICES
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock
 
 LAG_NOTE_MS = 50.0
@@ -240,8 +238,7 @@ def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], Non
     server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval)
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
-        voice = cfg.voice if family(cfg.family).supports("voice") else SINGLE_SPEAKER_VOICES[0]
-        target = SpeechTarget(f"{server.url}/v1/audio/speech", "", voice, args.format,
+        target = SpeechTarget(f"{server.url}/v1/audio/speech", "", ready["voices"][0], args.format,
                               ready.get("sample_rate", 22050), args.timeout)
         loaded = asyncio.run(run_load(target, plan, lambda done: save(draft(
             LoadResult(done.target, [*local_rows, *done.rows], [*local, *done.records], []),

@@ -23,6 +23,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import httpx
+
 from lab.bench.load_report import RequestRecord, table_rows
 from lab.bench.loadtest import LoadPlan, SpeechTarget, run_load
 from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
@@ -50,11 +52,15 @@ def measure_one(cfg: PipelineConfig, options: ServeOptions, replicas: int, plan:
     """Rows and requests of every load point against `replicas` replicas on a fresh cluster."""
     cluster = LabReplicas(cfg, options, replicas).start()
     try:
-        target = SpeechTarget(f"{cluster.url}/v1/audio/speech", "", "default", args.format,
-                              args.sample_rate, args.timeout)
+        ready = httpx.get(f"{cluster.url}/ready", trust_env=False, timeout=10).json()
+        target = SpeechTarget(f"{cluster.url}/v1/audio/speech", "", ready["voices"][0],
+                              args.format, ready["sample_rate"], args.timeout)
         loaded = asyncio.run(run_load(target, plan))
     finally:
         cluster.stop()
+    if not loaded.rows:
+        raise RuntimeError(f"{replicas} replica(s): every warm-up request failed "
+                           f"({', '.join(loaded.warmup_errors)}); nothing was measured")
     place = cluster.placement
     rows = [{"replicas": replicas, "threads_each": place.threads, **row}
             for row in table_rows(loaded.rows)]
@@ -145,7 +151,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--texts", default="short,medium")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--format", default="pcm", choices=("pcm", "wav", "sse"))
-    parser.add_argument("--sample-rate", type=int, default=22050)
     parser.add_argument("--slots", type=int, default=None,
                         help="each replica's (default: its own)")
     parser.add_argument("--queue", type=int, default=16)
