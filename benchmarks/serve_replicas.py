@@ -1,13 +1,15 @@
-"""The same closed-loop load against 1 replica and against 2, behind Ray Serve, in one run.
+"""The same load against 1 replica and against 2, behind Ray Serve, in one run.
 
     python benchmarks/serve_replicas.py --preset cpu-default --replicas 1,2 --concurrency 4
+    python benchmarks/serve_replicas.py --preset orpheus-3b-dummy-gpu --replicas 1,2 --rates 30,60
 
 For each replica count, `lab.serve.replicas.LabReplicas` starts a fresh local Ray cluster on
 127.0.0.1 with that many replicas of the preset (each loads and warms up its own pipeline;
 CPU replicas share the cores, each with cores // N PyTorch threads), `lab loadtest`'s client
-(`lab.bench.loadtest.run_load`) sends the same sentences at each concurrency, and the cluster
-is shut down before the next count starts. Each row's throughput ratio divides its requests
-per second by the first replica count's at the same concurrency.
+(`lab.bench.loadtest.run_load`) sends the same sentences at each point (closed-loop
+concurrency, then open-loop Poisson arrivals, the way listeners load a server), and the
+cluster is shut down before the next count starts. Each row's throughput ratio divides its
+requests per second by the first replica count's at the same point.
 
 Writes <stem>.json (every request) and <stem>.md. Hand-written remarks go in the JSON's
 `notes` and `anomalies` lists, so a rewritten report keeps them; `--render` rewrites the
@@ -32,9 +34,9 @@ from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.serve import ServeOptions
 from lab.serve.replicas import LabReplicas, Placement
 
-COLUMNS = ("replicas", "threads_each", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms",
-           "latency_p50_ms", "latency_p95_ms", "realtime_fraction", "requests_per_s",
-           "audio_s_per_s", "throughput_ratio", "errors")
+COLUMNS = ("replicas", "threads_each", "shape", "load", "requests", "ok", "ttfa_p50_ms",
+           "ttfa_p95_ms", "latency_p50_ms", "latency_p95_ms", "realtime_fraction",
+           "mean_streams", "requests_per_s", "audio_s_per_s", "throughput_ratio", "errors")
 SHARED_CORES = (
     "On a machine with few cores, CPU replicas share the same cores: one replica runs on all "
     "of them, two run on half each. The ratio then shows what Ray Serve's proxy and a "
@@ -42,9 +44,9 @@ SHARED_CORES = (
 OWN_GPUS = ("Each replica has a GPU of its own; the proxy, the load generator and the replicas' "
             "host threads share the CPU cores.")
 TIMING = (
-    "ttfa and latency run from when a request was due (the end of the previous request in the "
-    "closed loop) and include Ray's proxy. The load generator, Ray's proxy and controller, "
-    "and the replicas share this machine's cores.")
+    "ttfa and latency run from when a request was due (its arrival in the open loop, the end "
+    "of the previous request in the closed loop) and include Ray's proxy. The load "
+    "generator, Ray's proxy and controller, and the replicas share this machine's cores.")
 
 
 def measure_one(cfg: PipelineConfig, options: ServeOptions, replicas: int, plan: LoadPlan,
@@ -68,16 +70,20 @@ def measure_one(cfg: PipelineConfig, options: ServeOptions, replicas: int, plan:
 
 
 def with_ratios(rows: list[dict]) -> list[dict]:
-    """Each row's requests per second over the first replica count's at the same load."""
+    """Each row's requests per second over the first replica count's at the same point."""
     base = {}
     for row in rows:
-        base.setdefault(row["load"], row["requests_per_s"])
-    return [{**row, "throughput_ratio": round(row["requests_per_s"] / base[row["load"]], 3)
-             if base[row["load"]] else None} for row in rows]
+        base.setdefault((row["shape"], row["load"]), row["requests_per_s"])
+    ratios = []
+    for row in rows:
+        first = base[(row["shape"], row["load"])]
+        ratios.append({**row, "throughput_ratio": round(row["requests_per_s"] / first, 3)
+                       if first else None})
+    return ratios
 
 
 def anomalies_of(rows: list[dict]) -> list[str]:
-    return [f"{r['replicas']} replica(s) at concurrency {r['load']:g} had errors: "
+    return [f"{r['replicas']} replica(s) at {r['shape']} {r['load']:g} had errors: "
             f"{r['errors']}" for r in rows if r["errors"] != "0"]
 
 
@@ -99,7 +105,7 @@ def measure(args: argparse.Namespace, plan: LoadPlan) -> dict:
                     placements=[asdict(p) for p in placements],
                     plan=asdict(plan), slots=args.slots, queue=args.queue)
     return {"meta": meta, "baseline": f"{args.replicas[0]} replica(s) at the same "
-                                      "concurrency, in the same run",
+                                      "load point, in the same run",
             "anomalies": anomalies_of(rows),
             "notes": [OWN_GPUS if placements[0].gpus else SHARED_CORES, TIMING],
             "rows": rows,
@@ -119,13 +125,22 @@ def header(result: dict) -> list[str]:
              + f"; weights: {meta['weights']}",
              f"- Replicas: {places}; each with its own slots "
              f"({meta['slots'] or 'the replica default'}) and a queue of {meta['queue']}",
-             f"- Load: closed loop, at most {plan['requests']} requests and "
+             f"- Load: {points(plan)}, at most {plan['requests']} requests and "
              f"{plan['duration_s']} s per point, request timeout {meta['timeout_s']} s, "
              f"{plan['warmup']} warm-up request(s); sentences from "
              f"{', '.join(plan['texts'])}, seed {plan['seed']}; format {meta['format']}",
              f"- Baseline: {result['baseline']}",
              f"- Note: {result['notes'][0]}"]
     return lines + anomaly_lines(result)
+
+
+def points(plan: dict) -> str:
+    """The load points in words: closed-loop concurrencies and open-loop Poisson rates."""
+    parts = [f"closed loop at {', '.join(f'{c:g}' for c in plan['concurrency'])} concurrent"
+             if plan["concurrency"] else "",
+             f"Poisson arrivals at {', '.join(f'{r:g}' for r in plan['rates'])} a second"
+             if plan.get("rates") else ""]
+    return "; ".join(part for part in parts if part)
 
 
 def write(result: dict, out: Path, stem: str) -> None:
@@ -143,6 +158,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--replicas", default="1,2",
                         help="replica counts, one cluster each; the first is the baseline")
     parser.add_argument("--concurrency", default="4", help="closed-loop points, e.g. 2,4,8")
+    parser.add_argument("--rates", default="",
+                        help="open-loop points: Poisson arrivals per second, e.g. 30,60")
     parser.add_argument("--requests", type=int, default=16, help="most requests per point")
     parser.add_argument("--duration", type=float, default=60.0, help="most seconds per point")
     parser.add_argument("--timeout", type=float, default=120.0)
@@ -168,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         write(json.loads((args.out / f"{args.stem}.json").read_text()), args.out, args.stem)
         return
-    plan = LoadPlan(tuple(int(c) for c in args.concurrency.split(",") if c), (),
+    plan = LoadPlan(tuple(int(c) for c in args.concurrency.split(",") if c),
+                    tuple(float(r) for r in args.rates.split(",") if r),
                     args.requests, args.duration, tuple(args.texts.split(",")), args.seed,
                     args.warmup)
     result = measure(args, plan)

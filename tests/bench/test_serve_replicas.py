@@ -22,18 +22,24 @@ def serve_replicas():
         yield module
 
 
-def test_a_family_with_voices_is_measured_at_its_own_rate(serve_replicas, tmp_path):
+def test_a_family_with_voices_is_measured_at_its_own_rate_closed_and_open_loop(
+        serve_replicas, tmp_path):
     serve_replicas.main(["--preset", PRESET, "--set", "sampling.max_tokens=70",
-                         "--replicas", "1", "--concurrency", "1", "--requests", "2",
-                         "--duration", "60", "--warmup", "1", "--texts", "short",
-                         "--out", str(tmp_path), "--stem", "r"])
+                         "--replicas", "1", "--concurrency", "1", "--rates", "2",
+                         "--requests", "2", "--duration", "60", "--warmup", "1",
+                         "--texts", "short", "--out", str(tmp_path), "--stem", "r"])
     result = json.loads((tmp_path / "r.json").read_text())
-    (row,) = result["rows"]
-    assert row["ok"] == row["requests"] == 2 and row["errors"] == "0"
+    assert [(row["shape"], row["load"]) for row in result["rows"]] == [("closed", 1),
+                                                                      ("open", 2.0)]
+    for row in result["rows"]:
+        assert row["ok"] == row["requests"] == 2 and row["errors"] == "0"
+        assert row["throughput_ratio"] == 1.0  # its own baseline: the first replica count
     for record in result["requests"]:
         assert record["error"] is None and record["bytes"] > 0
         assert record["audio_s"] == pytest.approx(record["bytes"] / PCM_BYTES / SERVED_RATE)
-    assert "| 1 | " in (tmp_path / "r.md").read_text()
+    report = (tmp_path / "r.md").read_text()
+    assert "closed loop at 1 concurrent; Poisson arrivals at 2 a second" in report
+    assert "| closed | 1 |" in report and "| open | 2" in report
 
 
 def test_a_run_whose_warm_up_all_fails_says_so_instead_of_writing_an_empty_table(
