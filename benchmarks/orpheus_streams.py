@@ -129,6 +129,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grow-lead-ms", default="",
                    help="compare these growth thresholds (ms, comma-separated; the config's "
                         "grow_lead_ms) on the one build, each rate in turn ('': the build's)")
+    p.add_argument("--admit-lead-ms", default="",
+                   help="compare these admission holds (ms, comma-separated; the config's "
+                        "admit_lead_ms, 0 off) on the one build, each rate in turn ('': the "
+                        "build's)")
     p.add_argument("--reference-tokens", type=int, default=0,
                    help="tokens of a speaker reference before every prompt (a cloned voice)")
     p.add_argument("--snac-table", default="on", choices=("on", "off"),
@@ -225,6 +229,14 @@ def use_grow_lead(tts: TokenTTS, ms: float | None) -> float:
     if ms is not None:
         decoder.window = replace(decoder.window, guard_s=ms / 1000)
     return round(decoder.window.guard_s * 1000, 3)
+
+
+def use_admit_lead(tts: TokenTTS, ms: float | None) -> float:
+    """Set the audio in hand every playing stream must hold before a new stream is admitted
+    (None: keep it); the value in force, in ms."""
+    if ms is not None:
+        tts.admit_lead_s = ms / 1000
+    return round(tts.admit_lead_s * 1000, 3)
 
 
 def lm_shape(args: argparse.Namespace) -> str:
@@ -553,16 +565,18 @@ def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) ->
     rows = []
     settings = {"off": [False], "on": [True], "both": [False, True]}[args.prefix_cache]
     leads = counts(args.grow_lead_ms, float) or [None]
-    for rate, prefix, lead in itertools.product(rates, settings, leads):
+    admits = counts(args.admit_lead_ms, float) or [None]
+    for rate, prefix, lead, admit in itertools.product(rates, settings, leads, admits):
         offsets = poisson_arrivals(rate, MAX_REQUESTS, args.duration, args.seed)
         if not offsets:
             raise SystemExit(f"no arrival in {args.duration} s at {rate}/s (seed {args.seed}): "
                              "raise --duration")
         use_prefix_cache(tts, prefix)
-        grow_lead = use_grow_lead(tts, lead)
+        grow_lead, admit_lead = use_grow_lead(tts, lead), use_admit_lead(tts, admit)
         measure = functools.partial(run_open_loop, tts, offsets, args.duration, args.tokens,
                                     args.drain_timeout)
         rows.append({"rate": rate, "prefix_cache": prefix, "grow_lead_ms": grow_lead,
+                     "admit_lead_ms": admit_lead,
                      **repeated(measure, args.repeats, OPEN_SPREAD_KEYS, OPEN_PER_RUN_KEYS)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -792,19 +806,21 @@ def _open_loop_table(result: dict) -> list[str]:
              "'prefill / cached' are prompt tokens per request computed, and copied from the "
              "voice prefix cache.\n",
              "'grow lead' is the audio in hand, in ms, past which a stream's chunks grow "
-             "(`grow_lead_ms`; '-': not recorded).\n",
-             "| arrivals/s | prefix cache | grow lead | prefill / cached tokens | "
+             "(`grow_lead_ms`; '-': not recorded); 'admit hold' the audio in hand, in ms, "
+             "every playing stream must hold before a new stream is admitted (`admit_lead_ms`; "
+             "0: admitted whenever a slot is free).\n",
+             "| arrivals/s | prefix cache | grow lead | admit hold | prefill / cached tokens | "
              "requests (finished) | "
              "in flight mean / peak | TTFA p50 / p95 ms | "
              "stream tok/s slowest / p50 | below RT | step p50 / p95 / max ms | "
              "wall prefill / decode / idle | SNAC |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in open_loop["rows"]:
         tokens = (f"{r['prefill_tokens_per_request']:.0f} / {r['cached_tokens_per_request']:.0f}"
                   if "cached_tokens_per_request" in r else "-")
         lines.append(
             f"| {r['rate']:g} | {'on' if r.get('prefix_cache') else 'off'} | "
-            f"{_num(r, 'grow_lead_ms', 'g')} | {tokens} | "
+            f"{_num(r, 'grow_lead_ms', 'g')} | {_num(r, 'admit_lead_ms', 'g')} | {tokens} | "
             f"{r['requests']:g} ({r['finished']:g}) | "
             f"{_num(r, 'active_mean', '.1f')} / {r['active_peak']:g} | "
             f"{_num(r, 'ttfa_ms_p50', '.0f')} / {_num(r, 'ttfa_ms_p95', '.0f')} | "

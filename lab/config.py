@@ -56,6 +56,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "crossfade_ms": (0.0, 50.0),
     "max_chars": (1, 100_000),
     "mixed_prefill": (0, 512),
+    "admit_lead_ms": (0, 5000),
     "seed": (0, 2**31 - 1),
 }
 SAMPLING_LIMITS: dict[str, tuple[float, float]] = {
@@ -108,6 +109,9 @@ class PipelineConfig:
     many streams (see `lab.engine.engine.EngineConfig` and `lab.engine.prefix`): K/V stored
     in fp8, prompt chunks of up to `mixed_prefill` tokens carried inside decode steps, and the
     tokens every prompt to a voice shares prefilled once at load and copied.
+    `admit_lead_ms` > 0 admits a new stream only while every playing stream holds at least
+    that much audio ahead of its listener: under a burst of arrivals, new streams wait for
+    their first audio instead of every stream running dry (0: admit whenever a slot is free).
     `codec_side_stream` decodes codec windows on a second CUDA stream, so the next decode step
     runs while they decode instead of after them. `codec_dtype` is the codec's own precision
     ("auto": the family's choice), apart from the LM's `dtype`: under many streams the codec
@@ -136,6 +140,7 @@ class PipelineConfig:
     kv_cache: str = "static"
     kv_dtype: str = "auto"
     mixed_prefill: int = 0
+    admit_lead_ms: float = 0.0
     prefix_cache: bool = False
     codec_side_stream: bool = False
     continuous_batching: bool = True

@@ -110,7 +110,8 @@ def greedy_by_serving_knobs():
              "grow": {"max_decode_interval": 8, "grow_lead_ms": 100.0},
              "codec_bf16": {"codec_dtype": "bf16"},
              "first": {"first_chunk_frames": 3},
-             "wait": {"first_chunk_frames": 2, "first_chunk_wait": 2}}
+             "wait": {"first_chunk_frames": 2, "first_chunk_wait": 2},
+             "admit": {"admit_lead_ms": 150.0}}
     return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
                                        sampling={"temperature": 0.0, "max_tokens": 42}))
             for name, extra in knobs.items()}
@@ -173,6 +174,19 @@ def test_growing_chunks_reach_the_decoder_and_leave_the_audio_alone(greedy_by_se
     grown, fixed = (p.backend.tts.decoder.decoded_windows - b
                     for p, b in zip((pipe, plain), before, strict=True))
     assert 0 < grown <= fixed
+
+
+def test_holding_admission_reaches_the_engine_and_leaves_the_audio_alone(
+        greedy_by_serving_knobs):
+    """Whether a stream is held depends on this machine's speed against playback; held or not,
+    every sentence gets the audio it gets without the knob (`tests/models/test_orpheus.py`
+    pins the holding itself with a test clock)."""
+    pipe, plain = greedy_by_serving_knobs["admit"], greedy_by_serving_knobs["plain"]
+    assert (pipe.backend.tts.admit_lead_s, plain.backend.tts.admit_lead_s) == (0.15, 0.0)
+    texts = [*TEXTS, "Four.", "Five is here.", "And six."]  # more sentences than slots
+    for ours, theirs in zip(pipe.synthesize_batch(texts), plain.synthesize_batch(texts),
+                            strict=True):
+        np.testing.assert_allclose(ours.audio, theirs.audio, atol=1e-4)
 
 
 def test_the_codec_runs_in_its_own_precision_and_only_the_codec_rounds(greedy_by_serving_knobs):

@@ -182,6 +182,11 @@ class LLMEngine:
             raise RequestError(f"request {request_id!r} is unknown or still running")
         return self.requests.pop(request_id)
 
+    def gate_admission(self, open_: bool | None) -> None:
+        """Pace or stop continuous admission (see `Scheduler.gate`; None: admit whoever
+        fits); the caller decides from its streams whether they keep up."""
+        self.scheduler.gate = open_
+
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work or bool(self._pending)
 

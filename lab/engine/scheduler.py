@@ -4,6 +4,13 @@ Continuous batching: a waiting request takes a slot the moment one is free, its 
 in chunks between decode steps (so a long prompt never stalls everyone else's next token), and a
 finished request gives its slot back at once. Static batching, kept for comparison, admits a
 batch only when the previous one has fully finished, so early finishers leave their rows idle.
+
+A caller that watches whether its running streams keep up (a listener's audio in hand) can
+`gate` continuous admission: open, at most one waiting request goes in per step, so the effect
+of each new stream shows before the next; shut, none goes in while anything prefills or runs,
+so the streams in flight get the steps back instead of sharing them with one more row. With
+nothing in flight a shut gate still lets one in, so gating never stops the engine. None, the
+default, admits whoever fits.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
+        self.gate: bool | None = None  # see the module's docstring
         self._batch_rows = 0
 
     @property
@@ -109,16 +117,23 @@ class Scheduler:
         return PrefillChunk(request, start, min(len(request.prompt_ids), start + carry))
 
     def _admit(self) -> None:
+        idle = not (self.prefilling or self.running)
         if self.config.policy == "static":
-            if self.prefilling or self.running:
+            if not idle:
                 return
             self._batch_rows = min(len(self.waiting), self.config.n_slots)
+        elif self.gate is not None:
+            if self.waiting and self.slots.n_free and (self.gate or idle):
+                self._start(self.waiting.popleft())
+            return
         while self.waiting and self.slots.n_free:
-            request = self.waiting.popleft()
-            request.slot = self.slots.allocate()
-            request.n_prefilled = request.n_cached
-            request.state = State.PREFILLING
-            self.prefilling.append(request)
+            self._start(self.waiting.popleft())
+
+    def _start(self, request: Request) -> None:
+        request.slot = self.slots.allocate()
+        request.n_prefilled = request.n_cached
+        request.state = State.PREFILLING
+        self.prefilling.append(request)
 
     def prefilled(self, chunk: PrefillChunk) -> None:
         """Record a written chunk; a finished prompt moves its request to the running set."""

@@ -91,7 +91,8 @@ def stream_window(cfg: PipelineConfig) -> StreamWindow:
 def tts_options(cfg: PipelineConfig) -> dict:
     """`TokenTTS`'s streaming and sampling settings from the config, the same for every family."""
     return {"window": stream_window(cfg), "side_stream": cfg.codec_side_stream,
-            "sampling": sampling_params(cfg.sampling, seed=cfg.seed)}
+            "sampling": sampling_params(cfg.sampling, seed=cfg.seed),
+            "admit_lead_s": cfg.admit_lead_ms / 1000}
 
 
 class TokenBackend:

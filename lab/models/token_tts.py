@@ -84,11 +84,16 @@ class TokenTTS:
     frames into codec input, and decodes all windows that became due in one batched call.
     The engine should carry the family's constraint as its logits processor; without one,
     invalid tokens are skipped, not spoken.
+
+    `admit_lead_s` > 0 trades a new stream's wait for the real time of those already playing:
+    new streams go in one a step, and none while any playing stream's listener holds less
+    audio than that (but one when nothing else is in flight), so a burst of arrivals queues
+    instead of slowing every stream below real time. 0 admits whoever fits a free slot.
     """
 
     def __init__(self, engine: LLMEngine, codec: Codec, fmt: TokenFormat, *,
                  window: StreamWindow | None = None, side_stream: bool = False,
-                 sampling: SamplingParams | None = None) -> None:
+                 sampling: SamplingParams | None = None, admit_lead_s: float = 0.0) -> None:
         if engine.vocab_size < fmt.vocab_needed:
             raise FormatError(f"the LM's vocabulary ({engine.vocab_size}) is too small for the "
                               f"token format ({fmt.vocab_needed} ids needed)")
@@ -98,6 +103,7 @@ class TokenTTS:
         self.engine, self.codec, self.format = engine, codec, fmt
         self.decoder = StreamingDecoder(codec, window or StreamWindow(), side_stream)
         self.sampling = sampling or SamplingParams()
+        self.admit_lead_s = admit_lead_s
         self.utterances: dict[str, Utterance] = {}
         self.notes: list[str] = []  # stop rules that fired, for the run's fallback notes
         self.n_steps = 0
@@ -141,6 +147,7 @@ class TokenTTS:
         self.n_steps += 1
         timers = self._timers()
         chunks = self.decoder.collect()
+        self.engine.gate_admission(self._gate())
         with shared_stage(timers, STEP_STAGE):
             outs = self.engine.step()
         for out in outs:
@@ -150,6 +157,14 @@ class TokenTTS:
             if not self.engine.has_unfinished():
                 chunks += self.decoder.collect(wait=True)
         return self._record(chunks)
+
+    def _gate(self) -> bool | None:
+        """Open while every playing stream's listener holds `admit_lead_s` of audio; None
+        (no gate) when the knob is off."""
+        if self.admit_lead_s <= 0:
+            return None
+        held = self.decoder.min_buffered_s()
+        return held is None or held >= self.admit_lead_s
 
     def _take_tokens(self, out) -> None:
         utt = self.utterances.get(out.request_id)

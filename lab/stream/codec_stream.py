@@ -140,6 +140,21 @@ class _Stream:
     chunks: int = 0
     closed: bool = False
     started: float = 0.0  # clock time of the first chunk's launch
+    played: float = 0.0  # seconds a listener has played, pausing whenever it ran dry
+    seen: float = 0.0  # clock time `played` was brought up to
+
+    def lead(self, now: float, frame_s: float) -> float:
+        """Seconds of sent audio still ahead of playback (negative: its listener ran dry)."""
+        return self.emitted * frame_s - (now - self.started)
+
+    def buffered(self, now: float, frame_s: float) -> float:
+        """Seconds of sent audio a listener holds now. Unlike `lead`, a listener that ran dry
+        waits for the next chunk and plays on from there, as a player does, so an early stall
+        is not a debt the stream carries for the rest of its life."""
+        held = self.emitted * frame_s - self.played
+        self.played += min(held, max(0.0, now - self.seen))
+        self.seen = now
+        return self.emitted * frame_s - self.played
 
     def window(self, start: int, stop: int, width: int) -> torch.Tensor:
         if not self.frames:
@@ -250,8 +265,15 @@ class StreamingDecoder:
             return None
         if s.chunks == 0 or sizes[-1] == self.window.hops[-1]:
             return sizes[-1] if s.chunks else sizes[0]
-        ahead = s.emitted * self.frame_s - (now - s.started)
-        return sizes[-1] if ahead <= self.window.guard_s else None
+        return sizes[-1] if s.lead(now, self.frame_s) <= self.window.guard_s else None
+
+    def min_buffered_s(self) -> float | None:
+        """The least audio a listener holds among streams that are playing and still wait for
+        frames (closed streams need no more decode steps); None when no stream plays yet."""
+        now = self.clock()
+        held = [s.buffered(now, self.frame_s) for s in self.streams.values()
+                if s.chunks and not s.closed]
+        return min(held, default=None)
 
     def due(self) -> list[_Job]:
         """One job per stream that can emit now. Only streams that changed since the last
@@ -292,8 +314,10 @@ class StreamingDecoder:
             stream = self.streams[job.stream_id]
             groups.setdefault(job.stop - job.start, []).append(
                 (job, stream.window(job.start, job.stop, self.codec.frame_codes)))
+            now = self.clock()
             if stream.chunks == 0:
-                stream.started = self.clock()
+                stream.started = stream.seen = now
+            stream.buffered(now, self.frame_s)  # played up to now on what was sent before
             stream.emitted, stream.chunks = job.last, stream.chunks + 1
             if job.final:
                 del self.streams[job.stream_id]

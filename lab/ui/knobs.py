@@ -45,6 +45,7 @@ KNOB_FIELDS = (
     "kv_cache",
     "kv_dtype",
     "mixed_prefill",
+    "admit_lead_ms",
     "continuous_batching",
     "cuda_graphs",
     "prefix_cache",
@@ -75,6 +76,7 @@ LABELS = {
     "kv_cache": "KV cache",
     "kv_dtype": "KV storage",
     "mixed_prefill": "Prompt tokens carried per decode step",
+    "admit_lead_ms": "Admit new streams while every listener holds (ms; 0 = always)",
     "prefix_cache": "Voice prefix cache",
     "codec_side_stream": "Codec on a side CUDA stream",
     "continuous_batching": "Continuous batching",
@@ -84,7 +86,7 @@ LABELS = {
     "sampling": "Sampling (temperature, top-p)",
 }
 STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1, "grow_lead_ms": 10,
-         "first_chunk_frames": 1, "first_chunk_wait": 1, "mixed_prefill": 8,
+         "first_chunk_frames": 1, "first_chunk_wait": 1, "mixed_prefill": 8, "admit_lead_ms": 10,
          "overlap": 1, "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
 
 
@@ -236,6 +238,7 @@ class Knobs:
     kv_cache: gr.Dropdown
     kv_dtype: gr.Dropdown
     mixed_prefill: gr.Slider
+    admit_lead_ms: gr.Slider
     continuous_batching: gr.Checkbox
     cuda_graphs: gr.Checkbox
     prefix_cache: gr.Checkbox
@@ -302,10 +305,10 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
                       elem_id=f"{key}-ar-engine") as engine:
         with gr.Row():
             kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
-            mixed_prefill, max_interval, grow_lead, first_chunk, first_wait = (
+            mixed_prefill, admit_lead, max_interval, grow_lead, first_chunk, first_wait = (
                 _slider(n, v[n], key, fam)
-                for n in ("mixed_prefill", "max_decode_interval", "grow_lead_ms",
-                          "first_chunk_frames", "first_chunk_wait"))
+                for n in ("mixed_prefill", "admit_lead_ms", "max_decode_interval",
+                          "grow_lead_ms", "first_chunk_frames", "first_chunk_wait"))
             batching, graphs, prefix_cache, side_stream = (
                 _checkbox(n, v[n], key, fam)
                 for n in ("continuous_batching", "cuda_graphs", "prefix_cache",
@@ -315,8 +318,8 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, codec_dtype, quant, compile_mode, batch_size,
                   decode_interval, max_interval, grow_lead, first_chunk, first_wait, overlap,
-                  crossfade, seed, kv_cache, kv_dtype, mixed_prefill, batching, graphs,
-                  prefix_cache, side_stream, temperature, top_p, note, engine)
+                  crossfade, seed, kv_cache, kv_dtype, mixed_prefill, admit_lead, batching,
+                  graphs, prefix_cache, side_stream, temperature, top_p, note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")

@@ -117,3 +117,43 @@ def test_abort_of_a_waiting_request_and_of_an_unknown_id():
     assert s.abort(b.request_id) is b and b.finish_reason == "abort"
     assert s.abort("nope") is None
     assert list(s.waiting) == [] and s.running == [a]
+
+
+def test_a_shut_gate_admits_nobody_while_others_are_in_flight_an_open_one_one_a_step():
+    s = make(n_slots=4)
+    first, *later = (request() for _ in range(4))
+    s.add(first)
+    run_prefill(s)
+    s.gate = False
+    for r in later:
+        s.add(r)
+    assert run_prefill(s) == [] and s.slots.n_free == 3
+    assert all(r.state is State.WAITING for r in later)
+    s.gate = True
+    run_prefill(s)
+    assert [r.state for r in later] == [State.RUNNING, State.WAITING, State.WAITING]
+    run_prefill(s)
+    assert [r.state for r in later] == [State.RUNNING, State.RUNNING, State.WAITING]
+
+
+def test_a_shut_gate_with_nothing_in_flight_admits_one():
+    """Gating is for the streams in flight: with none, a wait would stop the engine, so one
+    request goes in, and the caller judges it before letting in more."""
+    s = make(n_slots=2)
+    s.gate = False
+    first, second = request(), request()
+    s.add(first)
+    s.add(second)
+    run_prefill(s)
+    assert (first.state, second.state) == (State.RUNNING, State.WAITING)
+
+
+def test_the_static_policy_is_not_gated():
+    """Static batching is the baseline it is kept for: whole batches, gate or not."""
+    s = make(n_slots=2, policy="static")
+    s.gate = False
+    reqs = [request(), request()]
+    for r in reqs:
+        s.add(r)
+    run_prefill(s)
+    assert [r.state for r in reqs] == [State.RUNNING, State.RUNNING]

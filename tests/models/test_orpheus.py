@@ -161,6 +161,63 @@ def test_streamed_audio_arrives_before_the_end_and_equals_batch_and_solo_synthes
     assert not np.array_equal(together[0][:2048], together[2][:2048])
 
 
+class Clock:
+    """The codec's clock, moved by the test: when listeners run out of audio."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def waiting(tts: TokenTTS) -> list[str]:
+    return [r.request_id for r in tts.engine.scheduler.waiting]
+
+
+def playing(tts: TokenTTS, rid: str) -> None:
+    """Step until the utterance has sent its first audio."""
+    while tts.utterances[rid].first_audio is None:
+        tts.step()
+
+
+@pytest.mark.parametrize("admit_lead_s", [0.0, 0.05])
+def test_a_new_stream_waits_while_a_listener_runs_dry_only_with_the_knob(admit_lead_s):
+    """The first stream's listener plays its audio out and waits: with the knob, a new request
+    waits too, until the first stream's new audio fills its listener's buffer again, while
+    it is still in flight. Without, the new request goes in at once."""
+    tts = tiny_tts()
+    tts.admit_lead_s, tts.decoder.clock = admit_lead_s, Clock()
+    first = tts.submit("a first sentence", "leo")
+    playing(tts, first)
+    tts.decoder.clock.now = 10.0  # the listener played everything long ago
+    late = tts.submit("a second one", "leo")
+    tts.step()
+    assert waiting(tts) == ([late] if admit_lead_s else [])
+    while late in waiting(tts):  # the clock stands: audio piles up
+        tts.step()
+    assert tts.utterances[first].done is None  # let in beside it, not after it
+    assert tts.decoder.min_buffered_s() >= admit_lead_s
+
+
+def test_held_streams_still_speak_once_the_others_are_done():
+    """Holding never starves a request: with nothing else in flight it is admitted. Five
+    texts on three slots: held, the last two start only after the first three end (more
+    steps: without, the fourth takes the slot the short first one leaves), and every text gets
+    the audio it gets without holding."""
+    texts = ["one", "two two", "three three three", "four", "five five"]
+    sampling = [SamplingParams(max_tokens=7 * n, seed=9) for n in (4, 9, 9, 2, 2)]
+    runs = {}
+    for admit_lead_s in (0.0, 10.0):  # 10 s: every playing stream counts as behind
+        tts = tiny_tts()
+        tts.admit_lead_s, tts.decoder.clock = admit_lead_s, Clock()
+        runs[admit_lead_s] = (tts.synthesize(texts, "tara", sampling), tts.n_steps)
+    (free, free_steps), (held, held_steps) = runs[0.0], runs[10.0]
+    assert held_steps > free_steps
+    for a, b in zip(free, held, strict=True):
+        assert a.size > 0 and a.shape == b.shape and np.allclose(a, b, atol=1e-5)
+
+
 def test_continuous_and_static_batching_make_the_same_audio():
     texts = ["one", "two two", "three three three", "four"]
     sampling = SamplingParams(max_tokens=7 * 4, seed=9)
@@ -318,6 +375,20 @@ def test_benchmark_compares_growth_thresholds_on_one_build(tmp_path):
     assert all(r["finished"] == r["requests"] for r in rows)
     md = (tmp_path / "orpheus_streams_smoke.md").read_text()
     assert "| 5 | off | 250 |" in md and "| 20 | off | 0 |" in md
+
+
+def test_benchmark_compares_admission_holds_on_one_build(tmp_path):
+    """Each rate runs at every `--admit-lead-ms` in turn on the same engine; each row records
+    the hold the pipeline's streams ran under, and every request still finishes."""
+    bench = load_streams_benchmark()
+    result = bench.main(["--smoke", "--streams", "", "--admit-lead-ms", "0,150",
+                         "--out", str(tmp_path)])
+    rows = result["open_loop"]["rows"]
+    assert [(r["rate"], r["admit_lead_ms"]) for r in rows] == [(5, 0), (5, 150), (20, 0),
+                                                               (20, 150)]
+    assert all(r["finished"] == r["requests"] for r in rows)
+    md = (tmp_path / "orpheus_streams_smoke.md").read_text()
+    assert "| 5 | off | 250 | 0 |" in md and "| 20 | off | 250 | 150 |" in md
 
 
 def slowed(tts: TokenTTS, monkeypatch, seconds: float) -> TokenTTS:

@@ -240,6 +240,33 @@ def test_a_waiting_stream_emits_when_its_lead_runs_out_without_a_new_frame(codec
     assert len(chunk.audio) // codec.frame_samples == 4  # 7 ready: the largest size they fill
 
 
+def test_min_buffered_is_the_least_audio_a_playing_open_stream_holds(codec):
+    """Streams not yet playing and streams whose frames are all in count for nothing: only
+    the streams still waiting for decode steps can be helped by holding admission. A listener
+    that ran dry waits for the next chunk and plays on from there."""
+    clock = Clock()
+    decoder = StreamingDecoder(codec, StreamWindow(hop=1, left=0, right=0), clock=clock)
+    frame = decoder.frame_s
+    assert decoder.min_buffered_s() is None
+    for sid in ("a", "b", "c"):
+        decoder.open(sid)
+    decoder.push("a", codes(1, 3, seed=1)[0])
+    decoder.push("b", codes(1, 1, seed=2)[0])
+    for _ in range(3):  # one chunk per stream a call: a sends 3 frames, b 1, c nothing yet
+        decoder.decode_due()
+    clock.now = frame / 2
+    assert decoder.min_buffered_s() == pytest.approx(frame / 2)  # b: 1 frame, half played
+    decoder.close("b")
+    assert decoder.min_buffered_s() == pytest.approx(2.5 * frame)  # a: 3 frames, half played
+    clock.now = 10 * frame
+    assert decoder.min_buffered_s() == 0.0  # a ran dry 7 frames ago and waits
+    decoder.push("a", codes(1, 2, seed=3)[0])
+    for _ in range(2):
+        decoder.decode_due()
+    clock.now = 10.5 * frame
+    assert decoder.min_buffered_s() == pytest.approx(1.5 * frame)  # no debt from the stall
+
+
 @pytest.mark.parametrize("first", [3, 4])
 def test_a_bigger_first_chunk_leaves_at_the_same_moment_and_the_rest_stay_exact(codec, first):
     """`first` frames go out when `hop + right` frames exist, as one frame would: the same
