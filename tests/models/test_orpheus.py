@@ -363,32 +363,23 @@ def test_benchmark_measures_a_cloned_voice_with_and_without_its_prefix_cached(tm
     assert "| 5 | off |" in md and "| 5 | on |" in md
 
 
-def test_benchmark_compares_growth_thresholds_on_one_build(tmp_path):
-    """Each rate runs at every `--grow-lead-ms` in turn on the same engine and codec; each row
-    records the threshold the decoder held while it ran."""
+@pytest.mark.parametrize("flag, key, values, cells", [
+    ("--grow-lead-ms", "grow_lead_ms", (250, 0), ("| 5 | off | 250 | 0 |", "| 20 | off | 0 | 0 |")),
+    ("--admit-lead-ms", "admit_lead_ms", (0, 150),
+     ("| 5 | off | 250 | 0 |", "| 20 | off | 250 | 150 |")),
+])
+def test_benchmark_compares_a_streaming_knob_on_one_build(tmp_path, flag, key, values, cells):
+    """Each rate runs at every value of the knob in turn on the same engine and codec (the
+    growth threshold the decoder holds, the admission hold of the pipeline's streams); each row
+    records the value in force while it ran, and every request still finishes."""
     bench = load_streams_benchmark()
-    result = bench.main(["--smoke", "--streams", "", "--grow-lead-ms", "250,0",
+    result = bench.main(["--smoke", "--streams", "", flag, ",".join(map(str, values)),
                          "--out", str(tmp_path)])
     rows = result["open_loop"]["rows"]
-    assert [(r["rate"], r["grow_lead_ms"]) for r in rows] == [(5, 250), (5, 0), (20, 250),
-                                                              (20, 0)]
+    assert [(r["rate"], r[key]) for r in rows] == [(rate, v) for rate in (5, 20) for v in values]
     assert all(r["finished"] == r["requests"] for r in rows)
     md = (tmp_path / "orpheus_streams_smoke.md").read_text()
-    assert "| 5 | off | 250 |" in md and "| 20 | off | 0 |" in md
-
-
-def test_benchmark_compares_admission_holds_on_one_build(tmp_path):
-    """Each rate runs at every `--admit-lead-ms` in turn on the same engine; each row records
-    the hold the pipeline's streams ran under, and every request still finishes."""
-    bench = load_streams_benchmark()
-    result = bench.main(["--smoke", "--streams", "", "--admit-lead-ms", "0,150",
-                         "--out", str(tmp_path)])
-    rows = result["open_loop"]["rows"]
-    assert [(r["rate"], r["admit_lead_ms"]) for r in rows] == [(5, 0), (5, 150), (20, 0),
-                                                               (20, 150)]
-    assert all(r["finished"] == r["requests"] for r in rows)
-    md = (tmp_path / "orpheus_streams_smoke.md").read_text()
-    assert "| 5 | off | 250 | 0 |" in md and "| 20 | off | 250 | 150 |" in md
+    assert all(cell in md for cell in cells)
 
 
 def slowed(tts: TokenTTS, monkeypatch, seconds: float) -> TokenTTS:
