@@ -8,6 +8,9 @@ In one run, on the same sentences (drawn with a seed from the lab's sentence set
    with no server, so its rows are what the lab offered before it could serve. With
    `--in-process-rates`, the same pipeline then takes Poisson arrivals without a server (one
    thread per request), so the gap to the served rows at the same rate is what HTTP costs.
+   With `--static-rates`, the preset with static batching (a batch admitted only when the
+   previous one has finished, as serving stacks did before continuous batching) takes the
+   same Poisson arrivals in this process.
 2. `lab serve --preset P --port 0` starts in a child process on 127.0.0.1 with its threads
    pinned, and loads and warms its own pipeline.
 3. `lab loadtest`'s client (`lab.bench.loadtest`) runs the closed-loop sweep (N streams in
@@ -53,6 +56,7 @@ from lab.bench.playback import Timeline
 from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.metrics.repeats import pinned_threads
+from lab.models.registry import family
 from lab.pipeline import AudioChunk, Pipeline
 from lab.serve.child import ServeProcess
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock
@@ -86,12 +90,41 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
         records, wall_s = _one_at_a_time(pipe, plan)
         rows = [summarize(records, "in-process", 1, wall_s)]
         for rate in rates:
-            point, wall_s = _open_in_process(pipe, plan, rate)
+            point, wall_s = _open_in_process(pipe, plan, rate, "in-process open")
             rows.append(summarize(point, "in-process open", rate, wall_s))
             records += point
     finally:
         pipe.close()
     return rows, records
+
+
+STATIC_SHAPE = "in-process static open"
+
+
+def static_batching(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
+                    ) -> tuple[list[PointSummary], list[RequestRecord]]:
+    """The preset with static batching, no server, under each of `rates`: the status quo of
+    serving stacks before continuous batching, on the same arrivals and sentences."""
+    if not rates:
+        return [], []
+    pipe = Pipeline(cfg.replace(continuous_batching=False))
+    rows, records = [], []
+    try:
+        for rate in rates:
+            point, wall_s = _open_in_process(pipe, plan, rate, STATIC_SHAPE)
+            rows.append(summarize(point, STATIC_SHAPE, rate, wall_s))
+            records += point
+    finally:
+        pipe.close()
+    return rows, records
+
+
+def check_static(cfg: PipelineConfig, rates: tuple[float, ...]) -> None:
+    """Refuse `--static-rates` for a family without batching to compare, before anything loads."""
+    fam = family(cfg.family)
+    if rates and not fam.supports("continuous_batching"):
+        raise SystemExit(f"--static-rates: {cfg.family} has no continuous batching to compare "
+                         f"with static batching: {fam.unsupported['continuous_batching']}")
 
 
 def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord], float]:
@@ -109,7 +142,7 @@ def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord],
     return records, time.perf_counter() - start
 
 
-def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float
+def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float, shape: str
                      ) -> tuple[list[RequestRecord], float]:
     """One open-loop point against the pipeline: the load generator's arrivals and sentences,
     every request read on one event loop, as the server reads them."""
@@ -117,11 +150,10 @@ def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float
     texts = iter(draw_texts(plan.texts, plan.requests, plan.seed))
     records: list[RequestRecord] = []
     origin = time.perf_counter()
-    bar = tqdm(total=len(offsets), desc=f"in-process open {rate:g}", unit="req")
+    bar = tqdm(total=len(offsets), desc=f"{shape} {rate:g}", unit="req")
 
     async def send(due: float) -> None:
-        records.append(await _one_in_process(pipe, next(texts), due, "in-process open", rate,
-                                             origin))
+        records.append(await _one_in_process(pipe, next(texts), due, shape, rate, origin))
         bar.update(1)
 
     asyncio.run(open_loop(offsets, send))
@@ -230,9 +262,12 @@ def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], Non
     partial report is handed to `save` after the status quo and after each served point, so
     a run stopped midway (a time limit on a lent GPU) keeps what it measured."""
     cfg = load_preset(args.preset, **parse_overrides(args.set))
+    check_static(cfg, args.static_rates)
     hand_over_lock(args.switch_interval)
     with pinned_threads(args.threads) as threads:
         local_rows, local = status_quo(cfg, plan, args.in_process_rates)
+        static_rows, static = static_batching(cfg, plan, args.static_rates)
+    local_rows, local = [*local_rows, *static_rows], [*local, *static]
     draft = functools.partial(report, args, plan, cfg, threads)
     save(draft(LoadResult(None, local_rows, local, []), {}, PARTIAL))
     server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval)
@@ -268,7 +303,10 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
             "baseline": "the in-process row: the preset's pipeline in this process, one "
                         "request at a time, no server, the same sentences"
                         + ("; the in-process open rows: the same pipeline under the same "
-                           "Poisson arrivals without HTTP" if args.in_process_rates else ""),
+                           "Poisson arrivals without HTTP" if args.in_process_rates else "")
+                        + ("; the in-process static rows: the preset with static batching "
+                           "(a batch admitted only when the previous one has finished) under "
+                           "the same arrivals" if args.static_rates else ""),
             "anomalies": ([partial] if partial else [])
             + anomalies_of(row_dicts, ready.get("fallbacks") or []), "notes": NOTES,
             "rows": row_dicts,
@@ -291,6 +329,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--in-process-rates", type=_rates, default=(),
                         help="also these Poisson rates against the pipeline in this process, "
                              "without the server (what HTTP adds is the difference)")
+    parser.add_argument("--static-rates", type=_rates, default=(),
+                        help="also these Poisson rates against the preset with static "
+                             "batching, in this process (the status quo before continuous "
+                             "batching)")
     parser.add_argument("--requests", type=int, default=32, help="most requests per point")
     parser.add_argument("--duration", type=float, default=60.0, help="most seconds per point")
     parser.add_argument("--timeout", type=float, default=120.0)

@@ -23,7 +23,7 @@ def test_in_process_arrivals_keep_their_times_so_the_middle_half_is_measured(ser
                     seed=0, warmup=0)
     pipe = Pipeline(load_preset("cpu-default"))
     try:
-        records, wall_s = serve_load._open_in_process(pipe, plan, 3.0)
+        records, wall_s = serve_load._open_in_process(pipe, plan, 3.0, "in-process open")
     finally:
         pipe.close()
     dues = [r.due_s for r in records]
@@ -53,3 +53,26 @@ def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, 
     assert serve_load.PARTIAL not in final["anomalies"] and final["meta"]["model"]
     assert "--out" not in final["meta"]["command"] and "--stem s" in final["meta"]["command"]
     assert "### open 1/s over time" in (tmp_path / "s.md").read_text()
+
+
+def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_load, monkeypatch):
+    """The status quo before continuous batching: the preset rebuilt with static batching,
+    under the same Poisson arrivals, its rows and requests marked as such."""
+    built = []
+    monkeypatch.setattr(serve_load, "Pipeline",
+                        lambda cfg: built.append(cfg) or Pipeline(cfg))
+    plan = LoadPlan(concurrency=(), rates=(), requests=6, duration_s=2.0, texts=("short",),
+                    seed=0, warmup=0)
+    cfg = load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 70})
+    rows, records = serve_load.static_batching(cfg, plan, (3.0,))
+    assert [c.continuous_batching for c in built] == [False] and cfg.continuous_batching
+    (row,) = rows
+    assert (row.shape, row.load) == (serve_load.STATIC_SHAPE, 3.0) and row.ok == len(records)
+    assert records and all(r.error is None and r.audio_s > 0 for r in records)
+    assert serve_load.static_batching(cfg, plan, ()) == ([], [])
+
+
+def test_static_rates_are_refused_for_a_family_without_batching(serve_load):
+    with pytest.raises(SystemExit, match="--static-rates: piper-vits has no continuous"):
+        serve_load.check_static(load_preset("cpu-default"), (1.0,))
+    serve_load.check_static(load_preset("cpu-default"), ())
