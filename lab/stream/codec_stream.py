@@ -147,10 +147,11 @@ class _Stream:
         """Seconds of sent audio still ahead of playback (negative: its listener ran dry)."""
         return self.emitted * frame_s - (now - self.started)
 
-    def buffered(self, now: float, frame_s: float) -> float:
-        """Seconds of sent audio a listener holds now. Unlike `lead`, a listener that ran dry
-        waits for the next chunk and plays on from there, as a player does, so an early stall
-        is not a debt the stream carries for the rest of its life."""
+    def play_until(self, now: float, frame_s: float) -> float:
+        """Play the sent audio up to `now`; the seconds of it the listener still holds. Unlike
+        `lead`, a listener that ran dry waits for the next chunk and plays on from there, as a
+        player does, so an early stall is not a debt the stream carries for the rest of its
+        life."""
         held = self.emitted * frame_s - self.played
         self.played += min(held, max(0.0, now - self.seen))
         self.seen = now
@@ -271,7 +272,7 @@ class StreamingDecoder:
         """The least audio a listener holds among streams that are playing and still wait for
         frames (closed streams need no more decode steps); None when no stream plays yet."""
         now = self.clock()
-        held = [s.buffered(now, self.frame_s) for s in self.streams.values()
+        held = [s.play_until(now, self.frame_s) for s in self.streams.values()
                 if s.chunks and not s.closed]
         return min(held, default=None)
 
@@ -317,7 +318,7 @@ class StreamingDecoder:
             now = self.clock()
             if stream.chunks == 0:
                 stream.started = stream.seen = now
-            stream.buffered(now, self.frame_s)  # played up to now on what was sent before
+            stream.play_until(now, self.frame_s)  # on what was sent before this chunk
             stream.emitted, stream.chunks = job.last, stream.chunks + 1
             if job.final:
                 del self.streams[job.stream_id]
