@@ -280,9 +280,8 @@ def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], Non
             ready, PARTIAL))))
     finally:
         server.stop(timeout_s=60)
-    if loaded.warmup_errors and not loaded.rows:
-        raise RuntimeError(f"every warm-up request failed ({', '.join(loaded.warmup_errors)}); "
-                           "nothing was measured")
+    if loaded.unmeasured:
+        raise RuntimeError(loaded.unmeasured)
     return draft(LoadResult(loaded.target, [*local_rows, *loaded.rows],
                             [*local, *loaded.records], []), ready, None)
 

@@ -60,9 +60,8 @@ def measure_one(cfg: PipelineConfig, options: ServeOptions, replicas: int, plan:
         loaded = asyncio.run(run_load(target, plan))
     finally:
         cluster.stop()
-    if not loaded.rows:
-        raise RuntimeError(f"{replicas} replica(s): every warm-up request failed "
-                           f"({', '.join(loaded.warmup_errors)}); nothing was measured")
+    if loaded.unmeasured:
+        raise RuntimeError(f"{replicas} replica(s): {loaded.unmeasured}")
     place = cluster.placement
     rows = [{"replicas": replicas, "threads_each": place.threads, **row}
             for row in table_rows(loaded.rows)]

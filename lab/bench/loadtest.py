@@ -188,6 +188,15 @@ class LoadResult:
     def got_audio(self) -> bool:
         return any(r.error is None for r in self.records)
 
+    @property
+    def unmeasured(self) -> str | None:
+        """Why no point was measured (every warm-up request failed), or None: a server that
+        answered none of them would only have filled minutes with refusals."""
+        if self.rows or not self.warmup_errors:
+            return None
+        return (f"none of the {len(self.warmup_errors)} warm-up requests to {self.target.url} "
+                f"got audio ({', '.join(self.warmup_errors)}); nothing was measured")
+
 
 async def served_model(client: httpx.AsyncClient, url: str) -> str:
     """The first model the server lists at `/v1/models`, for a run that names none."""
@@ -319,9 +328,8 @@ def run(args: argparse.Namespace) -> int:
     except LoadTestError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    if not result.rows:
-        print(f"error: none of the {plan.warmup} warm-up requests to {target.url} got audio "
-              f"({', '.join(result.warmup_errors)}); nothing was measured", file=sys.stderr)
+    if result.unmeasured:
+        print(f"error: {result.unmeasured}", file=sys.stderr)
         return 1
     meta = run_meta(**asdict(result.target), **asdict(plan))
     json_path, html_path = out / f"{args.stem}.json", out / f"{args.stem}.html"

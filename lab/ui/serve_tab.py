@@ -135,9 +135,8 @@ def sweep(target: SpeechTarget, plan: LoadPlan, cancel: threading.Event
         result = run_until(run_load(target, one_point(plan, shape, level, i == 0)), cancel)
         if result is None:
             return
-        if not result.rows:
-            raise ValueError(f"none of the {plan.warmup} warm-up requests to {target.url} got "
-                             f"audio ({', '.join(result.warmup_errors)}); nothing was measured")
+        if result.unmeasured:
+            raise ValueError(result.unmeasured)
         yield result.rows[0], result.records, began
 
 
