@@ -88,14 +88,10 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     pipe = Pipeline(cfg)
     try:
         records, wall_s = _one_at_a_time(pipe, plan)
-        rows = [summarize(records, "in-process", 1, wall_s)]
-        for rate in rates:
-            point, wall_s = _open_in_process(pipe, plan, rate, "in-process open")
-            rows.append(summarize(point, "in-process open", rate, wall_s))
-            records += point
+        open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
     finally:
         pipe.close()
-    return rows, records
+    return [summarize(records, "in-process", 1, wall_s), *open_rows], records + open_records
 
 
 STATIC_SHAPE = "in-process static open"
@@ -108,15 +104,10 @@ def static_batching(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...
     if not rates:
         return [], []
     pipe = Pipeline(cfg.replace(continuous_batching=False))
-    rows, records = [], []
     try:
-        for rate in rates:
-            point, wall_s = _open_in_process(pipe, plan, rate, STATIC_SHAPE)
-            rows.append(summarize(point, STATIC_SHAPE, rate, wall_s))
-            records += point
+        return _open_points(pipe, plan, rates, STATIC_SHAPE)
     finally:
         pipe.close()
-    return rows, records
 
 
 def check_static(cfg: PipelineConfig, rates: tuple[float, ...]) -> None:
@@ -140,6 +131,17 @@ def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord],
     start = time.perf_counter()
     records = asyncio.run(run())
     return records, time.perf_counter() - start
+
+
+def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape: str
+                 ) -> tuple[list[PointSummary], list[RequestRecord]]:
+    """Each of `rates` as an open-loop point against the pipeline, its rows marked `shape`."""
+    rows, records = [], []
+    for rate in rates:
+        point, wall_s = _open_in_process(pipe, plan, rate, shape)
+        rows.append(summarize(point, shape, rate, wall_s))
+        records += point
+    return rows, records
 
 
 def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float, shape: str

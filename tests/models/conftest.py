@@ -8,6 +8,16 @@ import torch
 from lab.stream.codec_stream import StreamingDecoder, StreamWindow
 
 
+class Clock:
+    """The decoder's clock, moved by the test: how fast frames come against playback."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture(autouse=True)
 def _single_thread(one_thread):
     """Every model test uses the shared `one_thread` fixture."""

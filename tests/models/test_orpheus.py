@@ -33,6 +33,7 @@ from lab.models.snac_codec import SnacCodec, build_snac
 from lab.models.token_backend import decode_mode, engine_config, sampling_params
 from lab.models.token_tts import TokenTTS
 from lab.stream.codec_stream import StreamWindow
+from tests.models.conftest import Clock
 
 LAYOUT = OrpheusLayout.compact(16)
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,16 +160,6 @@ def test_streamed_audio_arrives_before_the_end_and_equals_batch_and_solo_synthes
     assert np.allclose(together[1], streamed, atol=1e-5)  # same tokens; codec batch rounding
     assert streamed.size % tts.codec.frame_samples == 0 and streamed.size > 0
     assert not np.array_equal(together[0][:2048], together[2][:2048])
-
-
-class Clock:
-    """The codec's clock, moved by the test: when listeners run out of audio."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def waiting(tts: TokenTTS) -> list[str]:

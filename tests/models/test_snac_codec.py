@@ -15,6 +15,7 @@ from lab.models.snac_codec import (
     strip_noise,
 )
 from lab.stream.codec_stream import CodecError, StreamingDecoder, StreamWindow
+from tests.models.conftest import Clock
 
 SMALL = {**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}
 
@@ -137,16 +138,6 @@ def test_stream_errors_and_empty_streams(codec):
     assert chunk.final and chunk.audio.numel() == 0
     with pytest.raises(CodecError):
         StreamWindow(hop=0)
-
-
-class Clock:
-    """The decoder's clock, moved by the test: how fast frames come against playback."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def growing_stream(codec, window, frames: torch.Tensor, clock: Clock, step_s: float):
