@@ -109,9 +109,10 @@ class PipelineConfig:
     many streams (see `lab.engine.engine.EngineConfig` and `lab.engine.prefix`): K/V stored
     in fp8, prompt chunks of up to `mixed_prefill` tokens carried inside decode steps, and the
     tokens every prompt to a voice shares prefilled once at load and copied.
-    `admit_lead_ms` > 0 lets new streams into the engine one a step, and none while a playing
-    stream's listener holds less audio than that: under a burst of arrivals, new streams wait
-    for their first audio instead of every stream running dry (0: whoever fits a free slot).
+    `admit_lead_ms` > 0 lets new streams into the engine one a step, and none while a stream
+    past its first chunk holds less audio than that: under a burst of arrivals, new streams
+    wait for their first audio instead of every stream running dry (0: whoever fits a free
+    slot). The presets leave it off (`docs/serving.md` says why).
     `codec_side_stream` decodes codec windows on a second CUDA stream, so the next decode step
     runs while they decode instead of after them. `codec_dtype` is the codec's own precision
     ("auto": the family's choice), apart from the LM's `dtype`: under many streams the codec

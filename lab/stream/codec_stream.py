@@ -269,11 +269,18 @@ class StreamingDecoder:
         return sizes[-1] if s.lead(now, self.frame_s) <= self.window.guard_s else None
 
     def min_buffered_s(self) -> float | None:
-        """The least audio a listener holds among streams that are playing and still wait for
-        frames (closed streams need no more decode steps); None when no stream plays yet."""
+        """The least audio a listener holds among streams past their first chunk that still
+        wait for frames (closed streams need no more decode steps); None when there is none.
+
+        Until its second chunk a listener holds what the first chunk gave it, less the time
+        the second takes to gather its frames and their right context: a dip set by the
+        window, which comes on every new stream (21 LM steps after a 3-frame first chunk of
+        SNAC's, under 40 ms of audio left from 10.3 ms a step). From the second chunk on, a
+        listener's audio falls only while the engine makes frames slower than they play,
+        which is what a caller holding admission needs to know."""
         now = self.clock()
         held = [s.play_until(now, self.frame_s) for s in self.streams.values()
-                if s.chunks and not s.closed]
+                if s.chunks > 1 and not s.closed]
         return min(held, default=None)
 
     def due(self) -> list[_Job]:

@@ -76,7 +76,7 @@ LABELS = {
     "kv_cache": "KV cache",
     "kv_dtype": "KV storage",
     "mixed_prefill": "Prompt tokens carried per decode step",
-    "admit_lead_ms": "Admit new streams while every listener holds (ms; 0 = always)",
+    "admit_lead_ms": "Admit new streams while every started listener holds (ms; 0 = always)",
     "prefix_cache": "Voice prefix cache",
     "codec_side_stream": "Codec on a side CUDA stream",
     "continuous_batching": "Continuous batching",

@@ -167,8 +167,9 @@ def waiting(tts: TokenTTS) -> list[str]:
 
 
 def playing(tts: TokenTTS, rid: str) -> None:
-    """Step until the utterance has sent its first audio."""
-    while tts.utterances[rid].first_audio is None:
+    """Step until the utterance has sent its second chunk: past its start, its listener's
+    audio in hand counts (`StreamingDecoder.min_buffered_s`)."""
+    while len(tts.utterances[rid].chunks) < 2:
         tts.step()
 
 

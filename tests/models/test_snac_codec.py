@@ -232,30 +232,56 @@ def test_a_waiting_stream_emits_when_its_lead_runs_out_without_a_new_frame(codec
 
 
 def test_min_buffered_is_the_least_audio_a_playing_open_stream_holds(codec):
-    """Streams not yet playing and streams whose frames are all in count for nothing: only
-    the streams still waiting for decode steps can be helped by holding admission. A listener
-    that ran dry waits for the next chunk and plays on from there."""
+    """Streams not yet playing, streams on their first chunk and streams whose frames are all
+    in count for nothing: only the streams past their start that still wait for decode steps
+    tell whether the engine keeps up. A listener that ran dry waits for the next chunk and
+    plays on from there."""
     clock = Clock()
     decoder = StreamingDecoder(codec, StreamWindow(hop=1, left=0, right=0), clock=clock)
     frame = decoder.frame_s
     assert decoder.min_buffered_s() is None
-    for sid in ("a", "b", "c"):
+    for sid in ("a", "b", "c", "d"):
         decoder.open(sid)
-    decoder.push("a", codes(1, 3, seed=1)[0])
-    decoder.push("b", codes(1, 1, seed=2)[0])
-    for _ in range(3):  # one chunk per stream a call: a sends 3 frames, b 1, c nothing yet
+    decoder.push("a", codes(1, 4, seed=1)[0])
+    decoder.push("b", codes(1, 2, seed=2)[0])
+    decoder.push("d", codes(1, 1, seed=4)[0])
+    for _ in range(4):  # one chunk per stream a call: a sends 4 frames, b 2, d 1, c nothing
         decoder.decode_due()
     clock.now = frame / 2
-    assert decoder.min_buffered_s() == pytest.approx(frame / 2)  # b: 1 frame, half played
+    assert decoder.min_buffered_s() == pytest.approx(1.5 * frame)  # b: 2 frames, half played
     decoder.close("b")
-    assert decoder.min_buffered_s() == pytest.approx(2.5 * frame)  # a: 3 frames, half played
+    assert decoder.min_buffered_s() == pytest.approx(3.5 * frame)  # a; d holds 0.5 on its first
     clock.now = 10 * frame
-    assert decoder.min_buffered_s() == 0.0  # a ran dry 7 frames ago and waits
+    assert decoder.min_buffered_s() == 0.0  # a ran dry 6 frames ago and waits
     decoder.push("a", codes(1, 2, seed=3)[0])
     for _ in range(2):
         decoder.decode_due()
     clock.now = 10.5 * frame
     assert decoder.min_buffered_s() == pytest.approx(1.5 * frame)  # no debt from the stall
+
+
+def test_a_new_streams_startup_dip_does_not_count_as_falling_behind(codec):
+    """SNAC's window in the Orpheus GPU preset: a 3-frame first chunk as soon as 3 frames
+    exist, then a second only once 3 more give its frame 2 of right context. Frames arriving
+    a little faster than they play leave the listener nearly dry just before the second
+    chunk, on every new stream: not counted; once it plays on, its audio in hand is."""
+    clock = Clock()
+    decoder = StreamingDecoder(codec, StreamWindow(hop=1, left=1, right=2, first=3),
+                               clock=clock)
+    frame = decoder.frame_s
+    decoder.open("new")
+    stream = decoder.streams["new"]
+    for n in range(6):
+        clock.now = 0.95 * frame * n  # 5% faster than real time, from the first frame
+        if n == 5:  # 2.85 frames played of the first chunk's 3, before the second
+            assert stream.play_until(clock.now, frame) == pytest.approx(0.15 * frame)
+            assert decoder.min_buffered_s() is None
+        decoder.push("new", codes(1, 1, seed=n)[0])
+        decoder.decode_due()
+        if n == 2:
+            assert stream.emitted == 3  # the first chunk: 3 frames at once
+    assert stream.chunks == 2
+    assert decoder.min_buffered_s() == pytest.approx(4 * frame - 2.85 * frame)
 
 
 @pytest.mark.parametrize("first", [3, 4])
