@@ -86,7 +86,7 @@ class TokenTTS:
     invalid tokens are skipped, not spoken.
 
     `admit_lead_s` > 0 trades a new stream's wait for the real time of those already playing:
-    new streams go in one a step, and none while any playing stream's listener holds less
+    new streams go in one a step, and none while any stream past its first chunk holds less
     audio than that (but one when nothing else is in flight), so a burst of arrivals queues
     instead of slowing every stream below real time. 0 admits whoever fits a free slot.
     """
@@ -159,8 +159,8 @@ class TokenTTS:
         return self._record(chunks)
 
     def _gate(self) -> bool | None:
-        """Open while every playing stream's listener holds `admit_lead_s` of audio; None
-        (no gate) when the knob is off."""
+        """Open while every stream past its first chunk holds `admit_lead_s` of audio
+        (`StreamingDecoder.min_buffered_s`); None (no gate) when the knob is off."""
         if self.admit_lead_s <= 0:
             return None
         held = self.decoder.min_buffered_s()
