@@ -24,6 +24,7 @@ from lab.malloc import keep_freed_memory, release_kept_memory
 from lab.metrics import memory
 from lab.metrics.events import events
 from lab.metrics.timers import RequestMeter, StageTimer
+from lab.models.backend import EngineQueue
 from lab.models.registry import load_backend
 from lab.quant.precision import weight_bytes
 from lab.worker import LINGER_S, Worker
@@ -163,6 +164,10 @@ class Pipeline:
     def fallbacks(self) -> list[str]:
         """Every fallback fired so far, read live from each component of the backend."""
         return self.backend.fallbacks()
+
+    def engine_queue(self) -> EngineQueue | None:
+        """The family's engine admission, read live (`Backend.engine_queue`)."""
+        return self.backend.engine_queue()
 
     def close(self) -> None:
         """Wait until the worker has finished the requests it holds (its thread then exits)."""

@@ -68,6 +68,17 @@ class Family:
             raise ConfigError("; ".join(problems))
 
 
+@dataclass(frozen=True)
+class EngineQueue:
+    """A family's own engine as its admission stands now: requests it holds back (no free
+    slot yet, or shut out by the `admit_lead_ms` gate), and the steps that gate has been shut
+    so far. A server's queue only sees requests waiting for one of its slots; these wait
+    inside the pipeline after taking one."""
+
+    waiting: int
+    held_steps: int
+
+
 class Backend(Protocol):
     """A loaded family: text in, audio out, and what it cost.
 
@@ -114,4 +125,8 @@ class Backend(Protocol):
 
     def memory_facts(self) -> dict[str, str]:
         """What the family holds besides its weights (a KV cache), in comparable words."""
+
+    def engine_queue(self) -> EngineQueue | None:
+        """Its engine's admission, read live; None for a family without an engine that
+        admits requests one by one."""
 

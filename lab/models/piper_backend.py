@@ -168,6 +168,9 @@ class PiperBackend:
     def memory_facts(self) -> dict[str, str]:
         return {}
 
+    def engine_queue(self) -> None:
+        return None
+
     def applied(self) -> dict[str, object]:
         p = self.precision
         return {"dtype": p.dtype, "quant": p.quant, "compile": p.compile}

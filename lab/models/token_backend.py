@@ -21,7 +21,7 @@ from lab.engine.heap import freeze_survivors
 from lab.engine.request import SamplingParams
 from lab.engine.scheduler import POLICIES
 from lab.metrics.timers import RequestMeter
-from lab.models.backend import Family
+from lab.models.backend import EngineQueue, Family
 from lab.models.token_tts import TokenTTS
 from lab.quant.plan import PrecisionPlan, PrecisionReport, run_dtype
 from lab.quant.precision import dtype_name
@@ -125,6 +125,9 @@ class TokenBackend:
             facts["Prefix cache"] = (f"{len(prefixes)} voice prefixes, "
                                      f"{prefixes.nbytes() / 2**20:.2f} MiB")
         return facts
+
+    def engine_queue(self) -> EngineQueue:
+        return EngineQueue(len(self.tts.engine.scheduler.waiting), self.tts.held_steps)
 
     def applied(self) -> dict[str, object]:
         """Precision as the plan applied it, the codec's as it runs (a named one may run as

@@ -104,6 +104,7 @@ class TokenTTS:
         self.decoder = StreamingDecoder(codec, window or StreamWindow(), side_stream)
         self.sampling = sampling or SamplingParams()
         self.admit_lead_s = admit_lead_s
+        self.held_steps = 0  # steps the admission gate was shut (`_gate`)
         self.utterances: dict[str, Utterance] = {}
         self.notes: list[str] = []  # stop rules that fired, for the run's fallback notes
         self.n_steps = 0
@@ -164,7 +165,10 @@ class TokenTTS:
         if self.admit_lead_s <= 0:
             return None
         held = self.decoder.min_buffered_s()
-        return held is None or held >= self.admit_lead_s
+        if held is None or held >= self.admit_lead_s:
+            return True
+        self.held_steps += 1
+        return False
 
     def _take_tokens(self, out) -> None:
         utt = self.utterances.get(out.request_id)

@@ -1,10 +1,11 @@
 """What the server exposes on `/metrics`, in Prometheus' text format.
 
 The figures a TTS service is judged by under load: outcomes by status, time to first audio,
-latency and real-time factor per request, how full the queue and the slots are, how fast the
-model emits tokens, the device's utilisation and memory, and every fallback the pipeline fired
-(a compile that failed, a quantization that did not apply), which is also logged once.
-Queue, slots and the device are read live when scraped, never copied. Each server has its
+latency and real-time factor per request, how full the queue and the slots are, what the
+pipeline's own engine holds back behind them, how fast the model emits tokens, the device's
+utilisation and memory, and every fallback the pipeline fired (a compile that failed, a
+quantization that did not apply), which is also logged once. Queue, slots, the engine's queue
+and the device are read live when scraped, never copied. Each server has its
 own registry, so several can run in one process (the tests, the app's Serve tab).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -23,10 +24,11 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from lab.metrics.telemetry import MB, TelemetrySampler
+from lab.models.backend import EngineQueue
 from lab.pipeline import Synthesis
 from lab.serve.admission import Admission
 
@@ -82,8 +84,30 @@ class DeviceCollector(Collector):
                 yield GaugeMetricFamily(name, doc, value=value * scale)
 
 
+class EngineQueueCollector(Collector):
+    """Requests the pipeline's engine holds back after they took a server slot, and the
+    steps its admission gate stayed shut (`admit_lead_ms`): a slot that is busy but makes
+    no sound yet shows here, not in `lab_queue_depth`. Absent for a family without such an
+    engine."""
+
+    def __init__(self, read: Callable[[], EngineQueue | None]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        queue = self.read()
+        if queue is None:
+            return
+        yield GaugeMetricFamily("lab_engine_waiting", "Requests the engine holds back: no "
+                                "free engine slot yet, or the admission gate shut",
+                                value=queue.waiting)
+        yield CounterMetricFamily("lab_admission_held_steps", "Engine steps on which the "
+                                  "admission gate (admit_lead_ms) let no new stream in",
+                                  value=queue.held_steps)
+
+
 class ServerMetrics:
-    def __init__(self, admission: Admission, sampler: TelemetrySampler) -> None:
+    def __init__(self, admission: Admission, sampler: TelemetrySampler,
+                 engine_queue: Callable[[], EngineQueue | None] = lambda: None) -> None:
         self.registry = registry = CollectorRegistry()
         self.requests = Counter(
             "lab_speech_requests", "Speech requests by outcome: the status answered; a stream "
@@ -113,6 +137,7 @@ class ServerMetrics:
         for name, (doc, read) in gauges.items():
             Gauge(name, doc, registry=registry).set_function(read)
         registry.register(DeviceCollector(sampler))
+        registry.register(EngineQueueCollector(engine_queue))
         ProcessCollector(registry=registry)
 
     def count(self, status: int) -> None:

@@ -172,6 +172,9 @@ def highlights(exposition: str) -> str:
             f"**{values.get('lab_queue_depth', 0):.0f}** · requests by status: {done}")
     if values.get("lab_tokens_per_second"):
         line += f" · {values['lab_tokens_per_second']:.0f} tokens/s"
+    if "lab_engine_waiting" in values:
+        line += (f" · held back in the engine **{values['lab_engine_waiting']:.0f}** (admission "
+                 f"gate shut on {values.get('lab_admission_held_steps_total', 0):.0f} steps)")
     if values.get("lab_gpu_present"):
         return line + f" · GPU {values.get('lab_gpu_utilization_percent', 0):.0f}% busy"
     return line + " · no GPU on the server"

@@ -186,10 +186,14 @@ def test_a_new_stream_waits_while_a_listener_runs_dry_only_with_the_knob(admit_l
     late = tts.submit("a second one", "leo")
     tts.step()
     assert waiting(tts) == ([late] if admit_lead_s else [])
+    held = 0
     while late in waiting(tts):  # the clock stands: audio piles up
         tts.step()
+        held += 1
     assert tts.utterances[first].done is None  # let in beside it, not after it
     assert tts.decoder.min_buffered_s() >= admit_lead_s
+    # shut on the step after it came and on every step of the loop but the one that let it in
+    assert tts.held_steps == (held if admit_lead_s else 0)
 
 
 def test_held_streams_still_speak_once_the_others_are_done():

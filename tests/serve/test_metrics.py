@@ -41,6 +41,25 @@ def test_metrics_parse_as_prometheus_text(serve_pipeline):
         rtf = metric(srv.url, "lab_real_time_factor_sum")
         assert 0 < rtf < 10
         assert metric(srv.url, "lab_gpu_present") == 0  # CPU: no NVML GPU here
+        assert "lab_engine_waiting" not in families  # the Piper voice has no such engine
+
+
+def test_an_engine_family_shows_what_its_engine_holds_back():
+    """Requests past the server's queue that the pipeline's engine has not let in yet, and
+    the steps its admission gate was shut, read live from the Orpheus engine."""
+    pipeline = Pipeline(load_preset("orpheus-tiny-cpu", admit_lead_ms=40))
+    try:
+        with running(pipeline) as srv:
+            families = {f.name: f for f in text_string_to_metric_families(
+                httpx.get(f"{srv.url}/metrics").text)}
+            assert families["lab_engine_waiting"].type == "gauge"
+            assert families["lab_admission_held_steps"].type == "counter"
+            assert metric(srv.url, "lab_engine_waiting") == 0
+            backend = pipeline.backend
+            backend.tts.held_steps = 7  # as the gate counts them (tests/models/test_orpheus.py)
+            assert metric(srv.url, "lab_admission_held_steps_total") == 7
+    finally:
+        pipeline.close()
 
 
 def test_fallbacks_are_counted_and_logged(caplog):

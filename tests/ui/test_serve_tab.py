@@ -15,6 +15,7 @@ import pytest
 
 from lab.bench.loopback import NotLoopback
 from lab.metrics.telemetry import TelemetrySampler
+from lab.models.backend import EngineQueue
 from lab.serve.admission import Admission
 from lab.serve.metrics import ServerMetrics
 from lab.ui import serve_tab
@@ -28,7 +29,12 @@ def test_metrics_highlights_read_the_servers_gauges():
     line = highlights(metrics.exposition().decode())
     assert "active slots **0 / 4**" in line and "queue depth **0**" in line
     assert "requests by status: 200: 2, 429: 1" in line and "no GPU on the server" in line
+    assert "held back in the engine" not in line  # no engine queue to read
     assert "does not report the lab's gauges" in highlights("# a server that is not the lab's\n")
+    queued = ServerMetrics(Admission(slots=4, queue=16, retry_after_s=1), TelemetrySampler(),
+                           lambda: EngineQueue(waiting=3, held_steps=12))
+    line = highlights(queued.exposition().decode())
+    assert "held back in the engine **3** (admission gate shut on 12 steps)" in line
 
 
 @pytest.mark.parametrize(("concurrency", "rates", "sets", "error"), [
