@@ -19,6 +19,9 @@ In one run, on the same sentences (drawn with a seed from the lab's sentence set
 
 Every row is measured the same way: time to first audio from when the request was due,
 latency, and whether a player fed by the stream would have run dry (`lab.bench.playback`).
+The in-process rows of an autoregressive family also give `step_p50_ms`, the median over
+requests of the decode step each one waited on: the figure to set beside
+`orpheus_streams.py`'s step times for the engine driven alone at the same rate.
 The status quo runs before the server starts, so the two never share the cores. Writes
 <stem>.json (every request) and <stem>.md. Hand-written remarks go in the JSON's `notes` and
 `anomalies` lists, so a rewritten report keeps them; `--render` rewrites the markdown from
@@ -32,6 +35,7 @@ import asyncio
 import functools
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -167,13 +171,15 @@ async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
                           load: float, origin: float) -> RequestRecord:
     """One request to the pipeline, timed from `due` as the load generator times one over
     HTTP (`origin`: the point's start, from which `due_s` counts)."""
-    timeline, error = Timeline(), None
+    timeline, error, steps = Timeline(), None, []
     started = time.perf_counter()
     try:
         async for item in pipe.astream(text):
             if isinstance(item, AudioChunk):
                 timeline.add(time.perf_counter(), len(item.audio) / item.sample_rate,
                              2 * len(item.audio))
+            else:
+                steps = item.metrics.step_ms
     except Exception as err:  # a failed request is a row's error count, as over HTTP
         error = type(err).__name__
     return RequestRecord(
@@ -181,7 +187,8 @@ async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
         lag_s=started - due,
         ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
         audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
-        margin_s=timeline.margin_s(), error=error)
+        margin_s=timeline.margin_s(), error=error,
+        step_ms=round(statistics.median(steps), 3) if steps else None)
 
 
 def serve(preset: str, overrides: list[str], threads: int, slots: int | None,

@@ -40,6 +40,9 @@ class RequestRecord:
     reads: int
     margin_s: float | None
     error: str | None
+    step_ms: float | None = None
+    """The median decode step this request took part in: known for a pipeline driven in the
+    benchmark's own process (an autoregressive family), not over HTTP."""
 
     @property
     def realtime(self) -> bool:
@@ -76,6 +79,9 @@ class PointSummary:
     lag_p99_ms: float | None
     wall_s: float
     errors: dict[str, int]
+    step_p50_ms: float | None = None
+    """The median over requests of each one's median decode step (`RequestRecord.step_ms`):
+    how long the steps took that the point's streams waited on, where that is known."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -175,7 +181,13 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
         requests_per_s=round(len(ok) * per_s, 3),
         audio_s_per_s=round(sum(r.audio_s for r in ok) * per_s, 3),
         lag_p99_ms=_ms([r.lag_s for r in records], 99), wall_s=round(wall_s, 2),
-        errors=dict(Counter(r.error for r in records if r.error is not None)))
+        errors=dict(Counter(r.error for r in records if r.error is not None)),
+        step_p50_ms=_median_step(ok))
+
+
+def _median_step(records: Sequence[RequestRecord]) -> float | None:
+    value = percentile([r.step_ms for r in records if r.step_ms is not None], 50)
+    return None if value is None else round(value, 3)
 
 
 TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms", "ttfa_p99_ms",
@@ -185,12 +197,16 @@ TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms"
 
 
 def table_rows(rows: Sequence[PointSummary]) -> list[dict]:
-    """Rows for `markdown_table`: errors as one readable cell."""
+    """Rows for `markdown_table`: errors as one readable cell, and the median decode step
+    before them where some row knows it (a pipeline driven in-process)."""
+    columns = TABLE_COLUMNS
+    if any(row.step_p50_ms is not None for row in rows):
+        columns = (*TABLE_COLUMNS[:-1], "step_p50_ms", TABLE_COLUMNS[-1])
     out = []
     for row in rows:
         data = dataclasses.asdict(row)
         data["errors"] = ", ".join(f"{k} {v}" for k, v in sorted(row.errors.items())) or "0"
-        out.append({key: data[key] for key in TABLE_COLUMNS})
+        out.append({key: data[key] for key in columns})
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import benchmark_module
 
-from lab.bench.load_report import summarize
+from lab.bench.load_report import summarize, table_rows
 from lab.bench.loadtest import LoadPlan
 from lab.config import load_preset
 from lab.pipeline import Pipeline
@@ -32,6 +32,8 @@ def test_in_process_arrivals_keep_their_times_so_the_middle_half_is_measured(ser
     row = summarize(records, "in-process open", 3.0, wall_s)
     assert row.mid_streams is not None and row.mid_streams > 0
     assert row.mid_ttfa_p95_ms is not None and row.mid_ttfa_p95_ms > 0
+    # the Piper voice takes no decode steps: no step column in its table
+    assert row.step_p50_ms is None and "step_p50_ms" not in table_rows([row])[0]
 
 
 def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, monkeypatch):
@@ -69,6 +71,10 @@ def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_lo
     (row,) = rows
     assert (row.shape, row.load) == (serve_load.STATIC_SHAPE, 3.0) and row.ok == len(records)
     assert records and all(r.error is None and r.audio_s > 0 for r in records)
+    # each request's median decode step, and theirs, where the engine's steps are known
+    assert all(r.step_ms > 0 for r in records) and row.step_p50_ms > 0
+    table = table_rows([row])[0]
+    assert list(table)[-2:] == ["step_p50_ms", "errors"] and table["step_p50_ms"] > 0
     assert serve_load.static_batching(cfg, plan, ()) == ([], [])
 
 
