@@ -35,7 +35,6 @@ import asyncio
 import functools
 import json
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from lab.bench.load_report import (
     SLICE_S,
     PointSummary,
     RequestRecord,
+    median,
     open_points,
     over_time,
     summarize,
@@ -188,7 +188,7 @@ async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
         ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
         audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
         margin_s=timeline.margin_s(), error=error,
-        step_ms=round(statistics.median(steps), 3) if steps else None)
+        step_ms=median(steps))
 
 
 def serve(preset: str, overrides: list[str], threads: int, slots: int | None,

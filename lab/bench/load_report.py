@@ -182,11 +182,12 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
         audio_s_per_s=round(sum(r.audio_s for r in ok) * per_s, 3),
         lag_p99_ms=_ms([r.lag_s for r in records], 99), wall_s=round(wall_s, 2),
         errors=dict(Counter(r.error for r in records if r.error is not None)),
-        step_p50_ms=_median_step(ok))
+        step_p50_ms=median([r.step_ms for r in ok if r.step_ms is not None]))
 
 
-def _median_step(records: Sequence[RequestRecord]) -> float | None:
-    value = percentile([r.step_ms for r in records if r.step_ms is not None], 50)
+def median(values: Sequence[float]) -> float | None:
+    """The median to 3 decimals; None for no values."""
+    value = percentile(values, 50)
     return None if value is None else round(value, 3)
 
 
