@@ -235,13 +235,17 @@ async def _stream(client: httpx.AsyncClient, url: str, text: str, outcome: Outco
 
 
 async def _load_and_kill(url: str) -> tuple[int, list[Outcome]]:
-    """Four streams in flight, then SIGKILL to the replica of the first; every outcome."""
+    """Four streams in flight, then SIGKILL to the replica of the first; every outcome.
+
+    Each stream starts once the one before it has: Ray's router picks the replica with fewer
+    requests in flight, but from queue lengths it caches, so four requests sent at once can
+    all land on one replica."""
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, trust_env=False) as client:
-        outcomes = [Outcome() for _ in range(4)]
-        started = [asyncio.Event() for _ in outcomes]
-        tasks = [asyncio.create_task(_stream(client, url, KILLED_TEXT, o, s))
-                 for o, s in zip(outcomes, started, strict=True)]
-        await asyncio.wait_for(asyncio.gather(*(s.wait() for s in started)), REQUEST_TIMEOUT_S)
+        outcomes, tasks = [Outcome() for _ in range(4)], []
+        for outcome in outcomes:
+            started = asyncio.Event()
+            tasks.append(asyncio.create_task(_stream(client, url, KILLED_TEXT, outcome, started)))
+            await asyncio.wait_for(started.wait(), REQUEST_TIMEOUT_S)
         victim = outcomes[0].pid
         os.kill(victim, signal.SIGKILL)
         await asyncio.wait_for(asyncio.gather(*tasks), REQUEST_TIMEOUT_S)
