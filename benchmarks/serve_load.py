@@ -21,7 +21,10 @@ Every row is measured the same way: time to first audio from when the request wa
 latency, and whether a player fed by the stream would have run dry (`lab.bench.playback`).
 The in-process rows of an autoregressive family also give `step_p50_ms`, the median over
 requests of the decode step each one waited on: the figure to set beside
-`orpheus_streams.py`'s step times for the engine driven alone at the same rate.
+`orpheus_streams.py`'s step times for the engine driven alone at the same rate. Every
+in-process row gives `worker_busy`, the share of its wall time the pipeline's serving thread
+spent in rounds, and `round_ms`, its mean round: near 1, Python on the host, not the device,
+set the pace.
 The status quo runs before the server starts, so the two never share the cores. Writes
 <stem>.json (every request) and <stem>.md. Hand-written remarks go in the JSON's `notes` and
 `anomalies` lists, so a rewritten report keeps them; `--render` rewrites the markdown from
@@ -38,7 +41,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
@@ -64,6 +67,7 @@ from lab.models.registry import family
 from lab.pipeline import AudioChunk, Pipeline
 from lab.serve.child import ServeProcess
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock
+from lab.worker import WorkerLoad
 
 LAG_NOTE_MS = 50.0
 PARTIAL = ("Partial: saved before the run's last load point ended; a run that completes "
@@ -91,11 +95,21 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     """
     pipe = Pipeline(cfg)
     try:
+        before = pipe.worker_load()
         records, wall_s = _one_at_a_time(pipe, plan)
+        alone = _with_worker(summarize(records, "in-process", 1, wall_s), pipe, before)
         open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
     finally:
         pipe.close()
-    return [summarize(records, "in-process", 1, wall_s), *open_rows], records + open_records
+    return [alone, *open_rows], records + open_records
+
+
+def _with_worker(row: PointSummary, pipe: Pipeline, before: WorkerLoad) -> PointSummary:
+    """The row with how busy the pipeline's serving thread was since `before`."""
+    after = pipe.worker_load()
+    rounds, busy_s = after.rounds - before.rounds, after.busy_s - before.busy_s
+    return replace(row, worker_busy=round(busy_s / row.wall_s, 3) if row.wall_s else None,
+                   round_ms=round(busy_s * 1000 / rounds, 3) if rounds else None)
 
 
 STATIC_SHAPE = "in-process static open"
@@ -142,8 +156,9 @@ def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape
     """Each of `rates` as an open-loop point against the pipeline, its rows marked `shape`."""
     rows, records = [], []
     for rate in rates:
+        before = pipe.worker_load()
         point, wall_s = _open_in_process(pipe, plan, rate, shape)
-        rows.append(summarize(point, shape, rate, wall_s))
+        rows.append(_with_worker(summarize(point, shape, rate, wall_s), pipe, before))
         records += point
     return rows, records
 

@@ -27,7 +27,8 @@ from lab.metrics.timers import RequestMeter, StageTimer
 from lab.models.backend import EngineQueue
 from lab.models.registry import load_backend
 from lab.quant.precision import weight_bytes
-from lab.worker import LINGER_S, Worker
+from lab.turns import Shared
+from lab.worker import LINGER_S, Worker, WorkerLoad
 
 SENTENCE_GAP_S = 0.12
 NO_AUDIO = ("the model produced no audio for this text (an autoregressive model can end its "
@@ -165,6 +166,10 @@ class Pipeline:
         """Every fallback fired so far, read live from each component of the backend."""
         return self.backend.fallbacks()
 
+    def worker_load(self) -> WorkerLoad:
+        """How busy the serving thread has been so far (`lab.worker.WorkerLoad`)."""
+        return self._worker.load()
+
     def engine_queue(self) -> EngineQueue | None:
         """The family's engine admission, read live (`Backend.engine_queue`)."""
         return self.backend.engine_queue()
@@ -248,7 +253,7 @@ class Pipeline:
         units, warnings = self._timed_prepare(text, timer)
         chunks = []
         for chunk in self._stream(meter, units):
-            if chunk is not None:
+            if isinstance(chunk, AudioChunk):
                 chunks.append(chunk)
             yield chunk
         yield from _settle(timer)
@@ -263,7 +268,7 @@ class Pipeline:
         with timer.stage("text_to_tokens"):
             return self.backend.prepare(text)
 
-    def _stream(self, meter: RequestMeter, units: list) -> Iterator[AudioChunk | None]:
+    def _stream(self, meter: RequestMeter, units: list) -> Iterator[AudioChunk | Shared]:
         timer, index = meter.timer, 0
         for i, (unit, seed) in enumerate(zip(units, self._seeds(len(units)), strict=True)):
             if i:
@@ -272,8 +277,8 @@ class Pipeline:
             pieces = self.backend.stream(unit, seed, meter)
             try:
                 for piece in pieces:
-                    if piece is None:
-                        yield None  # the worker's turn passes to the other streams
+                    if isinstance(piece, Shared):
+                        yield piece  # the worker steps the shared engine, then returns
                     elif len(piece):
                         yield AudioChunk(piece, index, timer.host_ms(), self.sample_rate)
                         index += 1

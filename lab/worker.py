@@ -6,7 +6,10 @@ worker thread. Each request is a job with its own output queue. The worker inter
 streams it holds (one piece of each in turn, so an autoregressive family advances all of them
 in the same batched step) and merges the one-shot jobs that are waiting into one batch. A
 stream may yield None to pass its turn (it advanced the shared engine but has no piece yet);
-the caller never sees it.
+the caller never sees it. A stream that waits on work shared with other streams yields a
+`lab.turns.Shared` instead: the worker runs that work once a round for every stream waiting on
+it, and leaves the stream alone until it is ready, so a round costs one engine step and a flag
+per waiting stream. If the shared work fails, every stream waiting on it gets the error.
 
 A caller that stops listening (a closed browser tab, a dropped connection) cancels its job:
 the worker closes the job's generator, and the family frees what the request held. A caller
@@ -35,12 +38,15 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from lab.turns import Shared
 
 StreamFactory = Callable[[], Generator[Any, None, Any]]
 BatchRunner = Callable[[list[str], Any], list[Any]]
@@ -101,6 +107,18 @@ def _deliver(items: list[tuple[_LoopQueue, Any]]) -> None:
         queue_.items.put_nowait(item)
 
 
+@dataclass(frozen=True)
+class WorkerLoad:
+    """How hard the serving thread works: the rounds it made over its jobs (one engine step
+    each, for streams sharing an engine) and the wall seconds they took, idle waits excluded.
+    Busy seconds per second near 1 over an interval mean the host thread, not the device, set
+    the pace of every stream: the engine then steps only as fast as Python gets through a
+    round."""
+
+    rounds: int = 0
+    busy_s: float = 0.0
+
+
 @dataclass
 class StreamJob:
     start: StreamFactory
@@ -109,6 +127,8 @@ class StreamJob:
     out: queue.Queue | _LoopQueue = field(default_factory=queue.Queue)
     cancelled: bool = False
     generator: Generator | None = None
+    waiting: Shared | None = None  # the shared work it waits on, until `waiting.ready()`
+    failure: Exception | None = None  # that work's error, to be raised inside the stream
 
     @property
     def stopped(self) -> bool:
@@ -171,6 +191,11 @@ class Worker:
         self._lock = threading.Lock()
         self._outbox = _Outbox()
         self._early: list = []  # a job taken while lingering, served before the inbox's
+        self._rounds, self._busy_s = 0, 0.0
+
+    def load(self) -> WorkerLoad:
+        """Rounds and busy seconds so far (read from any thread)."""
+        return WorkerLoad(self._rounds, self._busy_s)
 
     def _ensure_running(self) -> None:
         with self._lock:
@@ -260,9 +285,13 @@ class Worker:
         keep its OpenMP team, and a second pipeline's worker would then run beside two teams."""
         active: list[StreamJob] = []
         while True:
+            start = time.perf_counter()
             self._admit(active)
+            self._run_shared(active)
             active[:] = [job for job in active if self._advance(job)]
             self._outbox.flush()
+            self._rounds += 1
+            self._busy_s += time.perf_counter() - start
             if not active and not self._work_arrives():
                 break
         self._exit()
@@ -306,18 +335,44 @@ class Worker:
         if batches:
             self._run_batches(batches)
 
+    def _run_shared(self, active: list[StreamJob]) -> None:
+        """Run each distinct shared work that some stream waits on, once; if it fails, each
+        stream waiting on it is handed the error (`_advance` raises it inside the stream)."""
+        works: dict[Callable, StreamJob] = {}
+        for job in active:
+            if job.waiting is not None:
+                works.setdefault(job.waiting.advance, job)
+        for advance, first in works.items():
+            _use_threads(first.threads)
+            try:
+                advance()
+            except Exception as err:  # noqa: BLE001  raised inside each waiting stream
+                for job in active:
+                    if job.waiting is not None and job.waiting.advance == advance:
+                        job.failure = err
+
     def _advance(self, job: StreamJob) -> bool:
-        """One piece of one stream; False once the job has ended (finished, failed, cancelled)."""
+        """One piece of one stream; False once the job has ended (finished, failed, cancelled).
+        A stream waiting on shared work is left alone until that work makes it ready."""
         try:
             if job.generator is None:
                 job.generator = job.start()
-            _use_threads(job.threads)
             if job.stopped:
                 job.generator.close()
                 job.out.put(_End(error=Cancelled("the request was cancelled")))
                 return False
-            piece = next(job.generator)
-            if piece is not None:  # None: the job advanced shared work, nothing to hand out
+            if job.failure is not None:
+                failure, job.failure, job.waiting = job.failure, None, None
+                piece = job.generator.throw(failure)
+            elif job.waiting is not None and not job.waiting.ready():
+                return True
+            else:
+                job.waiting = None
+                _use_threads(job.threads)
+                piece = next(job.generator)
+            if isinstance(piece, Shared):
+                job.waiting = piece
+            elif piece is not None:  # None: the job advanced shared work, nothing to hand out
                 job.out.put(piece)
             return True
         except StopIteration as done:

@@ -82,6 +82,13 @@ class PointSummary:
     step_p50_ms: float | None = None
     """The median over requests of each one's median decode step (`RequestRecord.step_ms`):
     how long the steps took that the point's streams waited on, where that is known."""
+    worker_busy: float | None = None
+    """The share of the point's wall time the pipeline's serving thread spent in rounds
+    (`lab.worker.WorkerLoad`), where the pipeline runs in this process: near 1, the host
+    thread rather than the device set the pace."""
+    round_ms: float | None = None
+    """The serving thread's mean round over the point (one engine step each, for streams
+    sharing an engine)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -197,12 +204,15 @@ TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms"
                  "audio_s_per_s", "errors")
 
 
+IN_PROCESS_COLUMNS = ("step_p50_ms", "worker_busy", "round_ms")
+"""Columns only a pipeline driven in this process can fill."""
+
+
 def table_rows(rows: Sequence[PointSummary]) -> list[dict]:
-    """Rows for `markdown_table`: errors as one readable cell, and the median decode step
-    before them where some row knows it (a pipeline driven in-process)."""
-    columns = TABLE_COLUMNS
-    if any(row.step_p50_ms is not None for row in rows):
-        columns = (*TABLE_COLUMNS[:-1], "step_p50_ms", TABLE_COLUMNS[-1])
+    """Rows for `markdown_table`: errors as one readable cell, and before them each of
+    `IN_PROCESS_COLUMNS` that some row knows."""
+    known = tuple(c for c in IN_PROCESS_COLUMNS if any(getattr(r, c) is not None for r in rows))
+    columns = (*TABLE_COLUMNS[:-1], *known, TABLE_COLUMNS[-1])
     out = []
     for row in rows:
         data = dataclasses.asdict(row)

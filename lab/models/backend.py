@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from lab.config import PipelineConfig
     from lab.metrics.timers import RequestMeter
     from lab.models.sizing import Plan, Work
+    from lab.turns import Shared
 
 
 @dataclass(frozen=True)
@@ -111,11 +112,11 @@ class Backend(Protocol):
                    meter: RequestMeter) -> list[np.ndarray]:
         """One waveform per unit, rendered together."""
 
-    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray | None]:
+    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray | Shared]:
         """One unit's audio, piece by piece as it is decoded; closing the iterator early
         cancels the unit and frees what it held. A family whose streams share one engine
-        yields None after it advanced that engine with no audio of its own yet, so the
-        worker can turn to the other streams (and start new ones) before asking again."""
+        yields a `lab.turns.Shared` while it has no audio of its own yet: the worker steps
+        that engine once a round for all of them and starts new streams between steps."""
 
     def fallbacks(self) -> list[str]:
         """Every fallback and note that has fired so far, read live from each component."""

@@ -26,6 +26,7 @@ from lab.models.token_tts import TokenTTS
 from lab.quant.plan import PrecisionPlan, PrecisionReport, run_dtype
 from lab.quant.precision import dtype_name
 from lab.stream.codec_stream import StreamWindow
+from lab.turns import Shared
 
 
 def _after_cast(lm: torch.nn.Module) -> None:
@@ -167,13 +168,13 @@ class TokenBackend:
         params = [self._sampling(u, s) for u, s in zip(units, seeds, strict=True)]
         return self.tts.synthesize(units, self.config.voice, params, meter)
 
-    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray | None]:
+    def stream(self, unit, seed: int, meter: RequestMeter) -> Iterator[np.ndarray | Shared]:
         chunks = self.tts.stream(unit, self.config.voice, self._sampling(unit, seed), meter,
                                  share=True)
         try:
             for chunk in chunks:
-                if chunk is None:
-                    yield None
+                if isinstance(chunk, Shared):
+                    yield chunk
                     continue
                 with meter.timer.stage("to_cpu"):
                     yield chunk.audio.float().cpu().numpy()

@@ -28,6 +28,7 @@ from lab.engine.engine import LLMEngine
 from lab.engine.request import SamplingParams
 from lab.metrics.timers import STEP_STAGE, RequestMeter, shared_stage
 from lab.stream.codec_stream import AudioChunk, Codec, StreamingDecoder, StreamWindow
+from lab.turns import Shared
 
 
 class FormatError(ValueError):
@@ -67,6 +68,10 @@ class Utterance:
     pending: deque[AudioChunk] = field(default_factory=deque)
     first_audio: float | None = None
     done: float | None = None
+
+    def has_news(self) -> bool:
+        """Audio its owner has not taken yet, or its end."""
+        return bool(self.pending) or self.done is not None
 
     @property
     def ttfa_ms(self) -> float | None:
@@ -229,27 +234,27 @@ class TokenTTS:
     def stream(self, text, voice: str | None = None,
                sampling: SamplingParams | None = None,
                meter: RequestMeter | None = None,
-               share: bool = False) -> Iterator[AudioChunk | None]:
+               share: bool = False) -> Iterator[AudioChunk | Shared]:
         """One utterance's chunks in order, each as soon as it is decoded.
 
         Alone, it steps the engine until its next chunk. With `share`, for a caller that
-        takes turns over many streams (the pipeline's worker), it steps only when no stream
-        has stepped since its own last turn, and yields None when it has nothing yet: a round
-        over the streams then costs one step, and the caller can start newly arrived streams
-        between steps instead of after one stream's whole wait for audio.
+        takes turns over many streams (the pipeline's worker), it never steps itself: while it
+        has nothing to hand out it yields a `Shared` whose work is one step, which the caller
+        runs once a round for every stream waiting on it (`lab.turns`), starting newly arrived
+        streams between steps instead of after one stream's whole wait for audio.
 
         Closing the iterator before the end aborts the utterance and frees its slot.
         """
         rid = self.submit(text, voice, sampling, meter)
         utt = self.utterances[rid]
-        seen = self.n_steps
+        turn = Shared(self.step, utt.has_news) if share else None
         try:
             while utt.pending or utt.done is None:
-                if not utt.pending and (not share or seen == self.n_steps):
-                    self.step()
-                seen = self.n_steps
-                if share and not utt.pending:
-                    yield None
+                if not utt.pending:
+                    if turn is None:
+                        self.step()
+                    else:
+                        yield turn
                 while utt.pending:
                     yield utt.pending.popleft()
         except BaseException:

@@ -44,7 +44,7 @@ def create_app(pipeline: Pipeline, options: ServeOptions | None = None) -> FastA
     options = options or ServeOptions()
     admission = Admission(options.slots_for(pipeline), options.queue, options.retry_after_s)
     sampler = TelemetrySampler(interval_s=1.0)
-    metrics = ServerMetrics(admission, sampler, pipeline.engine_queue)
+    metrics = ServerMetrics(admission, sampler, pipeline.engine_queue, pipeline.worker_load)
     served = Served(pipeline, Offer.of(pipeline, options.model_name), admission, metrics,
                     options.deadline_s)
 

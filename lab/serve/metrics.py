@@ -2,11 +2,12 @@
 
 The figures a TTS service is judged by under load: outcomes by status, time to first audio,
 latency and real-time factor per request, how full the queue and the slots are, what the
-pipeline's own engine holds back behind them, how fast the model emits tokens, the device's
-utilisation and memory, and every fallback the pipeline fired (a compile that failed, a
-quantization that did not apply), which is also logged once. Queue, slots, the engine's queue
-and the device are read live when scraped, never copied. Each server has its
-own registry, so several can run in one process (the tests, the app's Serve tab).
+pipeline's own engine holds back behind them, how busy its serving thread is, how fast the
+model emits tokens, the device's utilisation and memory, and every fallback the pipeline fired
+(a compile that failed, a quantization that did not apply), which is also logged once. Queue,
+slots, the engine's queue, the serving thread and the device are read live when scraped, never
+copied. Each server has its own registry, so several can run in one process (the tests, the
+app's Serve tab).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from lab.metrics.telemetry import MB, TelemetrySampler
 from lab.models.backend import EngineQueue
 from lab.pipeline import Synthesis
 from lab.serve.admission import Admission
+from lab.worker import WorkerLoad
 
 log = logging.getLogger("lab.serve")
 
@@ -105,9 +107,26 @@ class EngineQueueCollector(Collector):
                                   value=queue.held_steps)
 
 
+class WorkerCollector(Collector):
+    """The serving thread's rounds and busy seconds (`lab.worker.WorkerLoad`): the rate of
+    the second near 1 means the host thread, not the device, sets every stream's pace."""
+
+    def __init__(self, read: Callable[[], WorkerLoad]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        load = self.read()
+        yield CounterMetricFamily("lab_worker_rounds", "Rounds the pipeline's serving thread "
+                                  "made over its jobs (one engine step each for streams "
+                                  "sharing an engine)", value=load.rounds)
+        yield CounterMetricFamily("lab_worker_busy_seconds", "Seconds the serving thread spent "
+                                  "in rounds, idle waits excluded", value=load.busy_s)
+
+
 class ServerMetrics:
     def __init__(self, admission: Admission, sampler: TelemetrySampler,
-                 engine_queue: Callable[[], EngineQueue | None] = lambda: None) -> None:
+                 engine_queue: Callable[[], EngineQueue | None] = lambda: None,
+                 worker_load: Callable[[], WorkerLoad] = WorkerLoad) -> None:
         self.registry = registry = CollectorRegistry()
         self.requests = Counter(
             "lab_speech_requests", "Speech requests by outcome: the status answered; a stream "
@@ -138,6 +157,7 @@ class ServerMetrics:
             Gauge(name, doc, registry=registry).set_function(read)
         registry.register(DeviceCollector(sampler))
         registry.register(EngineQueueCollector(engine_queue))
+        registry.register(WorkerCollector(worker_load))
         ProcessCollector(registry=registry)
 
     def count(self, status: int) -> None:

@@ -381,7 +381,12 @@ class StreamingDecoder:
         return chunks
 
     def _cut(self, jobs: list[_Job], audio: torch.Tensor) -> list[AudioChunk]:
+        """Each job's chunk as its own copy: a view would keep the whole batch's (pinned)
+        buffer alive for as long as any listener holds its chunk, and with a hundred streams
+        holding theirs the host allocator found no free pinned block and asked the driver for
+        a new one on most decodes, a slow call on the serving thread."""
         n = self.codec.frame_samples
         return [AudioChunk(j.stream_id, j.index,
-                           audio[i, (j.first - j.start) * n:(j.last - j.start) * n], j.final)
+                           audio[i, (j.first - j.start) * n:(j.last - j.start) * n].clone(),
+                           j.final)
                 for i, j in enumerate(jobs)]

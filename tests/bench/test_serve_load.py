@@ -52,6 +52,9 @@ def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, 
                       ["in-process", "closed", "open"]]
     assert all(serve_load.PARTIAL in result["anomalies"] for result in saved[:3])
     final = json.loads((tmp_path / "s.json").read_text())
+    alone, closed = final["rows"][:2]  # only the in-process pipeline's thread is measured
+    assert 0 < alone["worker_busy"] <= 1 and alone["round_ms"] > 0
+    assert closed["worker_busy"] is None and closed["round_ms"] is None
     assert serve_load.PARTIAL not in final["anomalies"] and final["meta"]["model"]
     assert "--out" not in final["meta"]["command"] and "--stem s" in final["meta"]["command"]
     assert "### open 1/s over time" in (tmp_path / "s.md").read_text()
@@ -74,7 +77,10 @@ def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_lo
     # each request's median decode step, and theirs, where the engine's steps are known
     assert all(r.step_ms > 0 for r in records) and row.step_p50_ms > 0
     table = table_rows([row])[0]
-    assert list(table)[-2:] == ["step_p50_ms", "errors"] and table["step_p50_ms"] > 0
+    assert list(table)[-4:] == ["step_p50_ms", "worker_busy", "round_ms", "errors"]
+    assert table["step_p50_ms"] > 0
+    # the static pipeline's serving thread: busy for part of the point, in rounds of a step
+    assert 0 < row.worker_busy <= 1 and 0 < row.round_ms < 1000 * row.wall_s
     assert serve_load.static_batching(cfg, plan, ()) == ([], [])
 
 

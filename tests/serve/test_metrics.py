@@ -20,6 +20,8 @@ FAMILIES = {
     "lab_tokens_per_second": "gauge",
     "lab_tokens": "counter",
     "lab_fallbacks": "counter",
+    "lab_worker_rounds": "counter",
+    "lab_worker_busy_seconds": "counter",
     "lab_gpu_present": "gauge",
     "process_resident_memory_bytes": "gauge",
 }
@@ -41,6 +43,8 @@ def test_metrics_parse_as_prometheus_text(serve_pipeline):
         rtf = metric(srv.url, "lab_real_time_factor_sum")
         assert 0 < rtf < 10
         assert metric(srv.url, "lab_gpu_present") == 0  # CPU: no NVML GPU here
+        assert metric(srv.url, "lab_worker_rounds_total") >= 1  # the request's own rounds
+        assert 0 < metric(srv.url, "lab_worker_busy_seconds_total") < 60
         assert "lab_engine_waiting" not in families  # the Piper voice has no such engine
 
 

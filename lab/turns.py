@@ -1,0 +1,24 @@
+"""How a stream says it waits on work it shares with other streams.
+
+Streams of one autoregressive engine all advance in the same step: whoever runs the step serves
+every one of them. A stream that has no audio yet therefore needs no turn of its own; it needs
+the step to run once per round and to be resumed when its audio is there. It says so by yielding
+a `Shared` to the pipeline's worker, which runs each distinct `advance` once per round and
+resumes the stream only once `ready()` holds. A round over a hundred streams then costs one
+step and a flag check per stream, where resuming each stream's generators to learn that it has
+nothing cost the serving thread more than a millisecond a step (`lab.worker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, eq=False)
+class Shared:
+    """Yielded by a stream that waits: `advance()` is the shared work (one engine step), and
+    `ready()` says whether this stream has something to hand out (audio, or its end)."""
+
+    advance: Callable[[], object]
+    ready: Callable[[], bool]
