@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -154,8 +155,29 @@ def snippets(target: Target) -> tuple[str, str]:
     return curl, python
 
 
-def highlights(exposition: str) -> str:
-    """The gauges a person watches under load, from the server's Prometheus text."""
+class BusyShare:
+    """The share of wall time a server's serving thread spent in rounds between two looks at
+    its `lab_worker_busy_seconds_total`: near 100%, the host thread, not the device, sets the
+    pace of every stream. Kept per server URL, so a restarted or other server starts afresh."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._last: dict[str, tuple[float, float]] = {}
+
+    def update(self, url: str, busy_s: float | None) -> float | None:
+        """The share since the previous look at `url`; None at the first look, or when the
+        server reports no such counter or it went back (a new server on the same port)."""
+        if busy_s is None:
+            return None
+        now = self.clock()
+        last, self._last[url] = self._last.get(url), (now, busy_s)
+        if last is None or now <= last[0] or busy_s < last[1]:
+            return None
+        return min(1.0, (busy_s - last[1]) / (now - last[0]))
+
+
+def _samples(exposition: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Every sample by name, and the request counts by status, from Prometheus text."""
     values: dict[str, float] = {}
     statuses: dict[str, float] = {}
     for family in text_string_to_metric_families(exposition):
@@ -164,6 +186,13 @@ def highlights(exposition: str) -> str:
                 statuses[sample.labels["status"]] = sample.value
             else:
                 values[sample.name] = sample.value
+    return values, statuses
+
+
+def highlights(exposition: str, busy: float | None = None) -> str:
+    """The gauges a person watches under load, from the server's Prometheus text, and the
+    serving thread's busy share since the last look (`BusyShare`) where known."""
+    values, statuses = _samples(exposition)
     if "lab_active_slots" not in values:
         return "**/metrics**: this server does not report the lab's gauges."
     done = ", ".join(f"{s}: {n:.0f}" for s, n in sorted(statuses.items())) or "none yet"
@@ -175,17 +204,22 @@ def highlights(exposition: str) -> str:
     if "lab_engine_waiting" in values:
         line += (f" · held back in the engine **{values['lab_engine_waiting']:.0f}** (admission "
                  f"gate shut on {values.get('lab_admission_held_steps_total', 0):.0f} steps)")
+    if busy is not None:
+        line += f" · serving thread busy **{busy:.0%}** since the last look"
     if values.get("lab_gpu_present"):
         return line + f" · GPU {values.get('lab_gpu_utilization_percent', 0):.0f}% busy"
     return line + " · no GPU on the server"
 
 
-async def scrape(url: str) -> str:
-    """`highlights` of the server at `url` now, or why they could not be read."""
+async def scrape(url: str, busy: BusyShare | None = None) -> str:
+    """`highlights` of the server at `url` now, or why they could not be read; with `busy`,
+    also its serving thread's busy share since `busy` last looked at it."""
     async with loopback_client(PROBE_TIMEOUT_S) as client:
         try:
             response = await client.get(f"{url}/metrics")
             response.raise_for_status()
         except httpx.HTTPError as err:
             return f"**/metrics**: could not be read ({err!r})."
-    return highlights(response.text)
+    share = None if busy is None else busy.update(
+        url, _samples(response.text)[0].get("lab_worker_busy_seconds_total"))
+    return highlights(response.text, share)

@@ -19,7 +19,8 @@ from lab.models.backend import EngineQueue
 from lab.serve.admission import Admission
 from lab.serve.metrics import ServerMetrics
 from lab.ui import serve_tab
-from lab.ui.serving import Serving, Target, base_url, highlights, snippets
+from lab.ui.serving import BusyShare, Serving, Target, base_url, highlights, snippets
+from lab.worker import WorkerLoad
 
 
 def test_metrics_highlights_read_the_servers_gauges():
@@ -35,6 +36,25 @@ def test_metrics_highlights_read_the_servers_gauges():
                            lambda: EngineQueue(waiting=3, held_steps=12))
     line = highlights(queued.exposition().decode())
     assert "held back in the engine **3** (admission gate shut on 12 steps)" in line
+    assert "serving thread busy" not in line  # nothing to compare with yet
+
+
+def test_the_serving_threads_busy_share_runs_between_two_looks():
+    """Busy seconds per second of wall clock between two reads of the counter, per server;
+    nothing at a server's first look, or when its counter went back (a new server)."""
+    now = [100.0]
+    share = BusyShare(clock=lambda: now[0])
+    assert share.update("http://a", 4.0) is None
+    now[0] = 102.0
+    assert share.update("http://a", 5.5) == pytest.approx(0.75)
+    assert share.update("http://b", 1.0) is None  # another server starts afresh
+    now[0] = 103.0
+    assert share.update("http://a", 0.2) is None  # went back: a new server on that URL
+    assert share.update("http://a", None) is None  # a server without the counter
+    load = ServerMetrics(Admission(slots=4, queue=16, retry_after_s=1), TelemetrySampler(),
+                         worker_load=lambda: WorkerLoad(rounds=10, busy_s=2.0))
+    line = highlights(load.exposition().decode(), 0.75)
+    assert "serving thread busy **75%** since the last look" in line
 
 
 @pytest.mark.parametrize(("concurrency", "rates", "sets", "error"), [
