@@ -97,18 +97,22 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     try:
         before = pipe.worker_load()
         records, wall_s = _one_at_a_time(pipe, plan)
-        alone = _with_worker(summarize(records, "in-process", 1, wall_s), pipe, before)
+        alone = _with_worker(summarize(records, "in-process", 1, wall_s), pipe, before, wall_s)
         open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
     finally:
         pipe.close()
     return [alone, *open_rows], records + open_records
 
 
-def _with_worker(row: PointSummary, pipe: Pipeline, before: WorkerLoad) -> PointSummary:
-    """The row with how busy the pipeline's serving thread was since `before`."""
+def _with_worker(row: PointSummary, pipe: Pipeline, before: WorkerLoad,
+                 wall_s: float) -> PointSummary:
+    """The row with how busy the pipeline's serving thread was since `before`, over the
+    point's `wall_s`. The thread books a round once it has handed out the round's audio, a
+    moment after the point's clock may have stopped, so a thread busy throughout can read a
+    hair over the wall time: the share is capped at 1."""
     after = pipe.worker_load()
     rounds, busy_s = after.rounds - before.rounds, after.busy_s - before.busy_s
-    return replace(row, worker_busy=round(busy_s / row.wall_s, 3) if row.wall_s else None,
+    return replace(row, worker_busy=round(min(1.0, busy_s / wall_s), 3) if wall_s else None,
                    round_ms=round(busy_s * 1000 / rounds, 3) if rounds else None)
 
 
@@ -158,7 +162,7 @@ def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape
     for rate in rates:
         before = pipe.worker_load()
         point, wall_s = _open_in_process(pipe, plan, rate, shape)
-        rows.append(_with_worker(summarize(point, shape, rate, wall_s), pipe, before))
+        rows.append(_with_worker(summarize(point, shape, rate, wall_s), pipe, before, wall_s))
         records += point
     return rows, records
 
@@ -238,14 +242,21 @@ def header(result: dict) -> list[str]:
              + f"; weights: {meta.get('weights')}",
              f"- Threads: {meta.get('threads')} intra-op threads in the server process and "
              "in the in-process pipeline" + _lock(meta),
-             f"- Server: {server.get('slots')} slots, queue {server.get('queue')}, model "
-             f"`{meta.get('model')}`, format {meta.get('format')}",
+             _server_line(meta, server),
              f"- Load: at most {plan.get('requests')} requests and {plan.get('duration_s')} s "
              f"per point, request timeout {meta.get('timeout_s')} s, {plan.get('warmup')} "
              f"warm-up request(s); sentences from {', '.join(plan.get('texts', []))}, "
              f"seed {plan.get('seed')}",
              f"- Baseline: {result.get('baseline')}"]
     return lines + anomaly_lines(result)
+
+
+def _server_line(meta: dict, server: dict) -> str:
+    """The server's shape, or that a partial run stopped before it started."""
+    if server.get("slots") is None:
+        return "- Server: not started; the run stopped before it (in-process rows only)"
+    return (f"- Server: {server['slots']} slots, queue {server.get('queue')}, model "
+            f"`{meta.get('model')}`, format {meta.get('format')}")
 
 
 def _lock(meta: dict) -> str:

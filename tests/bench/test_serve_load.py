@@ -51,6 +51,8 @@ def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, 
     assert shapes == [["in-process"], ["in-process", "closed"], ["in-process", "closed", "open"],
                       ["in-process", "closed", "open"]]
     assert all(serve_load.PARTIAL in result["anomalies"] for result in saved[:3])
+    assert "- Server: not started" in "\n".join(serve_load.header(saved[0]))
+    assert "- Server: not started" not in "\n".join(serve_load.header(saved[1]))
     final = json.loads((tmp_path / "s.json").read_text())
     alone, closed = final["rows"][:2]  # only the in-process pipeline's thread is measured
     assert 0 < alone["worker_busy"] <= 1 and alone["round_ms"] > 0
