@@ -5,11 +5,12 @@ that drives the engine serves every request in it. So a pipeline hands all its w
 worker thread. Each request is a job with its own output queue. The worker interleaves the
 streams it holds (one piece of each in turn, so an autoregressive family advances all of them
 in the same batched step) and merges the one-shot jobs that are waiting into one batch. A
-stream may yield None to pass its turn (it advanced the shared engine but has no piece yet);
-the caller never sees it. A stream that waits on work shared with other streams yields a
-`lab.turns.Shared` instead: the worker runs that work once a round for every stream waiting on
-it, and leaves the stream alone until it is ready, so a round costs one engine step and a flag
-per waiting stream. If the shared work fails, every stream waiting on it gets the error.
+stream may yield None to pass its turn (it has no piece yet, and waits on nothing the worker
+runs, such as its timings settling); the caller never sees it. A stream that waits on work
+shared with other streams yields a `lab.turns.Shared` instead: the worker runs that work once
+a round for every stream waiting on it, and leaves the stream alone until it is ready, so a
+round costs one engine step and a flag per waiting stream. If the shared work fails, every
+stream waiting on it gets the error.
 
 A caller that stops listening (a closed browser tab, a dropped connection) cancels its job:
 the worker closes the job's generator, and the family frees what the request held. A caller
@@ -372,7 +373,7 @@ class Worker:
                 piece = next(job.generator)
             if isinstance(piece, Shared):
                 job.waiting = piece
-            elif piece is not None:  # None: the job advanced shared work, nothing to hand out
+            elif piece is not None:  # None: the job passes its turn, nothing to hand out
                 job.out.put(piece)
             return True
         except StopIteration as done:
