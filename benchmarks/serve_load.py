@@ -22,9 +22,9 @@ latency, and whether a player fed by the stream would have run dry (`lab.bench.p
 The in-process rows of an autoregressive family also give `step_p50_ms`, the median over
 requests of the decode step each one waited on: the figure to set beside
 `orpheus_streams.py`'s step times for the engine driven alone at the same rate. Every
-in-process row gives `worker_busy`, the share of its wall time the pipeline's serving thread
-spent in rounds, and `round_ms`, its mean round: near 1, Python on the host, not the device,
-set the pace.
+in-process row gives `host_busy`, the share of its wall time the pipeline's serving thread
+spent on host work (in rounds, less its waits for the device's tokens), and `round_ms`, its
+mean round: near 1, Python on the host, not the device, set the pace.
 The status quo runs before the server starts, so the two never share the cores. Writes
 <stem>.json (every request) and <stem>.md. Hand-written remarks go in the JSON's `notes` and
 `anomalies` lists, so a rewritten report keeps them; `--render` rewrites the markdown from
@@ -67,7 +67,6 @@ from lab.models.registry import family
 from lab.pipeline import AudioChunk, Pipeline
 from lab.serve.child import ServeProcess
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock
-from lab.worker import WorkerLoad
 
 LAG_NOTE_MS = 50.0
 PARTIAL = ("Partial: saved before the run's last load point ended; a run that completes "
@@ -95,7 +94,7 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     """
     pipe = Pipeline(cfg)
     try:
-        before = pipe.worker_load()
+        before = _thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
         alone = _with_worker(summarize(records, "in-process", 1, wall_s), pipe, before, wall_s)
         open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
@@ -104,15 +103,22 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     return [alone, *open_rows], records + open_records
 
 
-def _with_worker(row: PointSummary, pipe: Pipeline, before: WorkerLoad,
+def _thread_clock(pipe: Pipeline) -> tuple[int, float, float]:
+    """The pipeline's serving thread so far: its rounds, its busy seconds, and the seconds of
+    them it waited for the device's tokens (none for a family without an engine)."""
+    load, queue = pipe.worker_load(), pipe.engine_queue()
+    return load.rounds, load.busy_s, 0.0 if queue is None else queue.device_wait_s
+
+
+def _with_worker(row: PointSummary, pipe: Pipeline, before: tuple[int, float, float],
                  wall_s: float) -> PointSummary:
-    """The row with how busy the pipeline's serving thread was since `before`, over the
-    point's `wall_s`. The thread books a round once it has handed out the round's audio, a
-    moment after the point's clock may have stopped, so a thread busy throughout can read a
-    hair over the wall time: the share is capped at 1."""
-    after = pipe.worker_load()
-    rounds, busy_s = after.rounds - before.rounds, after.busy_s - before.busy_s
-    return replace(row, worker_busy=round(min(1.0, busy_s / wall_s), 3) if wall_s else None,
+    """The row with the serving thread's host work since `before` (`_thread_clock`) as a
+    share of the point's `wall_s`, and its mean round. The thread books a round once it has
+    handed out the round's audio, a moment after the point's clock may have stopped, so a
+    thread busy throughout can read a hair over the wall time: the share is capped at 1."""
+    rounds, busy_s, wait_s = (b - a for a, b in zip(before, _thread_clock(pipe), strict=True))
+    host = round(min(1.0, (busy_s - wait_s) / wall_s), 3) if wall_s else None
+    return replace(row, host_busy=host,
                    round_ms=round(busy_s * 1000 / rounds, 3) if rounds else None)
 
 
@@ -160,7 +166,7 @@ def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape
     """Each of `rates` as an open-loop point against the pipeline, its rows marked `shape`."""
     rows, records = [], []
     for rate in rates:
-        before = pipe.worker_load()
+        before = _thread_clock(pipe)
         point, wall_s = _open_in_process(pipe, plan, rate, shape)
         rows.append(_with_worker(summarize(point, shape, rate, wall_s), pipe, before, wall_s))
         records += point

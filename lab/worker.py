@@ -112,9 +112,10 @@ def _deliver(items: list[tuple[_LoopQueue, Any]]) -> None:
 class WorkerLoad:
     """How hard the serving thread works: the rounds it made over its jobs (one engine step
     each, for streams sharing an engine) and the wall seconds they took, idle waits excluded.
-    Busy seconds per second near 1 over an interval mean the host thread, not the device, set
-    the pace of every stream: the engine then steps only as fast as Python gets through a
-    round."""
+    A round includes any wait for the device inside it (an engine's for its tokens: its
+    `EngineQueue.device_wait_s`); the busy seconds less those waits are host work, and host
+    work near 1 second a second means the host thread, not the device, sets every stream's
+    pace: the engine steps only as fast as Python gets through a round."""
 
     rounds: int = 0
     busy_s: float = 0.0

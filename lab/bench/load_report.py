@@ -82,10 +82,11 @@ class PointSummary:
     step_p50_ms: float | None = None
     """The median over requests of each one's median decode step (`RequestRecord.step_ms`):
     how long the steps took that the point's streams waited on, where that is known."""
-    worker_busy: float | None = None
-    """The share of the point's wall time the pipeline's serving thread spent in rounds
-    (`lab.worker.WorkerLoad`), where the pipeline runs in this process: near 1, the host
-    thread rather than the device set the pace."""
+    host_busy: float | None = None
+    """The share of the point's wall time the pipeline's serving thread spent on host work:
+    in rounds (`lab.worker.WorkerLoad`), less its waits for the device's tokens, where the
+    pipeline runs in this process. Near 1, the host thread rather than the device set the
+    pace."""
     round_ms: float | None = None
     """The serving thread's mean round over the point (one engine step each, for streams
     sharing an engine)."""
@@ -204,7 +205,7 @@ TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms"
                  "audio_s_per_s", "errors")
 
 
-IN_PROCESS_COLUMNS = ("step_p50_ms", "worker_busy", "round_ms")
+IN_PROCESS_COLUMNS = ("step_p50_ms", "host_busy", "round_ms")
 """Columns only a pipeline driven in this process can fill."""
 
 

@@ -14,6 +14,7 @@ leaves the device idle between steps.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -93,6 +94,9 @@ class EngineStats:
     decode_tokens: int = 0
     last_decode_tokens: int = 0
     generated: int = 0
+    token_wait_s: float = 0.0
+    """Seconds the host spent waiting for sampled tokens to reach it: the device's share of
+    the host thread's time. The rest of a busy serving thread's time is host work."""
 
     @property
     def row_utilisation(self) -> float:
@@ -243,7 +247,10 @@ class LLMEngine:
         """Hand sampled tokens to their requests; a request finished meanwhile drops its own."""
         outputs: dict[str, StepOutput] = {}
         for flight in pending:
-            for request, token in zip(flight.requests, flight.wait(), strict=True):
+            start = time.perf_counter()
+            tokens = flight.wait()
+            self.stats.token_wait_s += time.perf_counter() - start
+            for request, token in zip(flight.requests, tokens, strict=True):
                 if request.is_finished:
                     continue
                 request.append(token)

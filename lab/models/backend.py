@@ -71,13 +71,14 @@ class Family:
 
 @dataclass(frozen=True)
 class EngineQueue:
-    """A family's own engine as its admission stands now: requests it holds back (no free
-    slot yet, or shut out by the `admit_lead_ms` gate), and the steps that gate has been shut
-    so far. A server's queue only sees requests waiting for one of its slots; these wait
-    inside the pipeline after taking one."""
+    """A family's own engine as it stands now: requests it holds back (no free slot yet, or
+    shut out by the `admit_lead_ms` gate), the steps that gate has been shut so far, and the
+    seconds the serving thread has waited for the device's tokens. A server's queue only sees
+    requests waiting for one of its slots; these wait inside the pipeline after taking one."""
 
     waiting: int
     held_steps: int
+    device_wait_s: float = 0.0
 
 
 class Backend(Protocol):

@@ -128,7 +128,9 @@ class TokenBackend:
         return facts
 
     def engine_queue(self) -> EngineQueue:
-        return EngineQueue(len(self.tts.engine.scheduler.waiting), self.tts.held_steps)
+        engine = self.tts.engine
+        return EngineQueue(len(engine.scheduler.waiting), self.tts.held_steps,
+                           engine.stats.token_wait_s)
 
     def applied(self) -> dict[str, object]:
         """Precision as the plan applied it, the codec's as it runs (a named one may run as

@@ -105,11 +105,15 @@ class EngineQueueCollector(Collector):
         yield CounterMetricFamily("lab_admission_held_steps", "Engine steps on which the "
                                   "admission gate (admit_lead_ms) let no new stream in",
                                   value=queue.held_steps)
+        yield CounterMetricFamily("lab_engine_device_wait_seconds", "Seconds the serving "
+                                  "thread waited for the device's sampled tokens",
+                                  value=queue.device_wait_s)
 
 
 class WorkerCollector(Collector):
-    """The serving thread's rounds and busy seconds (`lab.worker.WorkerLoad`): the rate of
-    the second near 1 means the host thread, not the device, sets every stream's pace."""
+    """The serving thread's rounds and busy seconds (`lab.worker.WorkerLoad`). Less the
+    engine's `lab_engine_device_wait_seconds`, the busy seconds are host work: a rate of that
+    near 1 means the host thread, not the device, sets every stream's pace."""
 
     def __init__(self, read: Callable[[], WorkerLoad]) -> None:
         self.read = read

@@ -156,8 +156,8 @@ def snippets(target: Target) -> tuple[str, str]:
 
 
 class BusyShare:
-    """The share of wall time a server's serving thread spent in rounds between two looks at
-    its `lab_worker_busy_seconds_total`: near 100%, the host thread, not the device, sets the
+    """The share of wall time a server's serving thread spent on host work between two looks
+    at its `/metrics` (`host_seconds`): near 100%, the host thread, not the device, sets the
     pace of every stream. Kept per server URL, so a restarted or other server starts afresh."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -165,8 +165,9 @@ class BusyShare:
         self._last: dict[str, tuple[float, float]] = {}
 
     def update(self, url: str, busy_s: float | None) -> float | None:
-        """The share since the previous look at `url`; None at the first look, or when the
-        server reports no such counter or it went back (a new server on the same port)."""
+        """The share since the previous look at `url`, from its host seconds so far; None at
+        the first look, or when the server reports none or they went back (a new server on
+        the same port)."""
         if busy_s is None:
             return None
         now = self.clock()
@@ -176,7 +177,14 @@ class BusyShare:
         return min(1.0, (busy_s - last[1]) / (now - last[0]))
 
 
-def _samples(exposition: str) -> tuple[dict[str, float], dict[str, float]]:
+def host_seconds(values: dict[str, float]) -> float | None:
+    """The serving thread's busy seconds less those it waited for the device's tokens (an
+    engine family's `lab_engine_device_wait_seconds_total`); None from a server without them."""
+    busy = values.get("lab_worker_busy_seconds_total")
+    return None if busy is None else busy - values.get("lab_engine_device_wait_seconds_total", 0)
+
+
+def metric_samples(exposition: str) -> tuple[dict[str, float], dict[str, float]]:
     """Every sample by name, and the request counts by status, from Prometheus text."""
     values: dict[str, float] = {}
     statuses: dict[str, float] = {}
@@ -191,8 +199,8 @@ def _samples(exposition: str) -> tuple[dict[str, float], dict[str, float]]:
 
 def highlights(exposition: str, busy: float | None = None) -> str:
     """The gauges a person watches under load, from the server's Prometheus text, and the
-    serving thread's busy share since the last look (`BusyShare`) where known."""
-    values, statuses = _samples(exposition)
+    serving thread's share of host work since the last look (`BusyShare`) where known."""
+    values, statuses = metric_samples(exposition)
     if "lab_active_slots" not in values:
         return "**/metrics**: this server does not report the lab's gauges."
     done = ", ".join(f"{s}: {n:.0f}" for s, n in sorted(statuses.items())) or "none yet"
@@ -205,7 +213,7 @@ def highlights(exposition: str, busy: float | None = None) -> str:
         line += (f" · held back in the engine **{values['lab_engine_waiting']:.0f}** (admission "
                  f"gate shut on {values.get('lab_admission_held_steps_total', 0):.0f} steps)")
     if busy is not None:
-        line += f" · serving thread busy **{busy:.0%}** since the last look"
+        line += f" · serving thread on host work **{busy:.0%}** since the last look"
     if values.get("lab_gpu_present"):
         return line + f" · GPU {values.get('lab_gpu_utilization_percent', 0):.0f}% busy"
     return line + " · no GPU on the server"
@@ -213,7 +221,7 @@ def highlights(exposition: str, busy: float | None = None) -> str:
 
 async def scrape(url: str, busy: BusyShare | None = None) -> str:
     """`highlights` of the server at `url` now, or why they could not be read; with `busy`,
-    also its serving thread's busy share since `busy` last looked at it."""
+    also its serving thread's share of host work since `busy` last looked at it."""
     async with loopback_client(PROBE_TIMEOUT_S) as client:
         try:
             response = await client.get(f"{url}/metrics")
@@ -221,5 +229,5 @@ async def scrape(url: str, busy: BusyShare | None = None) -> str:
         except httpx.HTTPError as err:
             return f"**/metrics**: could not be read ({err!r})."
     share = None if busy is None else busy.update(
-        url, _samples(response.text)[0].get("lab_worker_busy_seconds_total"))
+        url, host_seconds(metric_samples(response.text)[0]))
     return highlights(response.text, share)

@@ -1,5 +1,7 @@
 """The serving engine end to end on a tiny model: exact tokens, reproducible seeds, policies."""
 
+import time
+
 import pytest
 import torch
 
@@ -113,3 +115,14 @@ def test_bad_requests_are_refused_and_leave_the_engine_as_it_was(lm):
     assert list(eng.requests) == ["x"] and len(eng.scheduler.waiting) == 1
     with pytest.raises(RequestError, match="still running"):
         eng.release("x")
+
+
+def test_the_hosts_wait_for_sampled_tokens_is_counted_within_the_run(lm):
+    """Every retired step's wait for its tokens adds to `token_wait_s` (on a CPU the tokens are
+    there at once, so the wait is tiny but counted), never more than the run's own time."""
+    eng = engine(lm)
+    start = time.perf_counter()
+    eng.generate(PROMPTS[:3], GREEDY)
+    wall = time.perf_counter() - start
+    assert eng.stats.decode_steps >= 9
+    assert 0 < eng.stats.token_wait_s < wall

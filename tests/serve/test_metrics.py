@@ -59,6 +59,7 @@ def test_an_engine_family_shows_what_its_engine_holds_back():
             assert families["lab_engine_waiting"].type == "gauge"
             assert families["lab_admission_held_steps"].type == "counter"
             assert metric(srv.url, "lab_engine_waiting") == 0
+            assert families["lab_engine_device_wait_seconds"].type == "counter"
             backend = pipeline.backend
             backend.tts.held_steps = 7  # as the gate counts them (tests/models/test_orpheus.py)
             assert metric(srv.url, "lab_admission_held_steps_total") == 7

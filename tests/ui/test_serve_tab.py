@@ -19,7 +19,16 @@ from lab.models.backend import EngineQueue
 from lab.serve.admission import Admission
 from lab.serve.metrics import ServerMetrics
 from lab.ui import serve_tab
-from lab.ui.serving import BusyShare, Serving, Target, base_url, highlights, snippets
+from lab.ui.serving import (
+    BusyShare,
+    Serving,
+    Target,
+    base_url,
+    highlights,
+    host_seconds,
+    metric_samples,
+    snippets,
+)
 from lab.worker import WorkerLoad
 
 
@@ -36,7 +45,7 @@ def test_metrics_highlights_read_the_servers_gauges():
                            lambda: EngineQueue(waiting=3, held_steps=12))
     line = highlights(queued.exposition().decode())
     assert "held back in the engine **3** (admission gate shut on 12 steps)" in line
-    assert "serving thread busy" not in line  # nothing to compare with yet
+    assert "serving thread" not in line  # nothing to compare with yet
 
 
 def test_the_serving_threads_busy_share_runs_between_two_looks():
@@ -52,9 +61,13 @@ def test_the_serving_threads_busy_share_runs_between_two_looks():
     assert share.update("http://a", 0.2) is None  # went back: a new server on that URL
     assert share.update("http://a", None) is None  # a server without the counter
     load = ServerMetrics(Admission(slots=4, queue=16, retry_after_s=1), TelemetrySampler(),
-                         worker_load=lambda: WorkerLoad(rounds=10, busy_s=2.0))
-    line = highlights(load.exposition().decode(), 0.75)
-    assert "serving thread busy **75%** since the last look" in line
+                         lambda: EngineQueue(waiting=0, held_steps=0, device_wait_s=0.5),
+                         lambda: WorkerLoad(rounds=10, busy_s=2.0))
+    exposition = load.exposition().decode()
+    assert host_seconds(metric_samples(exposition)[0]) == pytest.approx(1.5)  # less the device wait
+    assert host_seconds({}) is None  # a server that is not the lab's
+    line = highlights(exposition, 0.75)
+    assert "serving thread on host work **75%** since the last look" in line
 
 
 @pytest.mark.parametrize(("concurrency", "rates", "sets", "error"), [
