@@ -96,7 +96,7 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     try:
         before = _thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
-        alone = _with_worker(summarize(records, "in-process", 1, wall_s), pipe, before, wall_s)
+        alone = _with_host_work(summarize(records, "in-process", 1, wall_s), pipe, before, wall_s)
         open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
     finally:
         pipe.close()
@@ -110,7 +110,7 @@ def _thread_clock(pipe: Pipeline) -> tuple[int, float, float]:
     return load.rounds, load.busy_s, 0.0 if queue is None else queue.device_wait_s
 
 
-def _with_worker(row: PointSummary, pipe: Pipeline, before: tuple[int, float, float],
+def _with_host_work(row: PointSummary, pipe: Pipeline, before: tuple[int, float, float],
                  wall_s: float) -> PointSummary:
     """The row with the serving thread's host work since `before` (`_thread_clock`) as a
     share of the point's `wall_s`, and its mean round. The thread books a round once it has
@@ -168,7 +168,7 @@ def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape
     for rate in rates:
         before = _thread_clock(pipe)
         point, wall_s = _open_in_process(pipe, plan, rate, shape)
-        rows.append(_with_worker(summarize(point, shape, rate, wall_s), pipe, before, wall_s))
+        rows.append(_with_host_work(summarize(point, shape, rate, wall_s), pipe, before, wall_s))
         records += point
     return rows, records
 

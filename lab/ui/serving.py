@@ -164,17 +164,17 @@ class BusyShare:
         self.clock = clock
         self._last: dict[str, tuple[float, float]] = {}
 
-    def update(self, url: str, busy_s: float | None) -> float | None:
+    def update(self, url: str, host_s: float | None) -> float | None:
         """The share since the previous look at `url`, from its host seconds so far; None at
         the first look, or when the server reports none or they went back (a new server on
         the same port)."""
-        if busy_s is None:
+        if host_s is None:
             return None
         now = self.clock()
-        last, self._last[url] = self._last.get(url), (now, busy_s)
-        if last is None or now <= last[0] or busy_s < last[1]:
+        last, self._last[url] = self._last.get(url), (now, host_s)
+        if last is None or now <= last[0] or host_s < last[1]:
             return None
-        return min(1.0, (busy_s - last[1]) / (now - last[0]))
+        return min(1.0, (host_s - last[1]) / (now - last[0]))
 
 
 def host_seconds(values: dict[str, float]) -> float | None:
