@@ -65,11 +65,10 @@ def fixed_topk(request: Request) -> bool:
     return 0 < request.sampling.top_k <= TOPK_CAP
 
 
-def settings_rows(requests: list[Request]) -> list[list[float]]:
+def settings_rows(requests: list[Request]) -> list[tuple[float, ...]]:
     """Per request: temperature, top-p, top-k, repetition penalty and its next uniform (which
     advances its stream). One flat row each, so a batch reaches the device in one copy."""
-    return [[r.sampling.temperature, r.sampling.top_p, r.sampling.top_k,
-             r.sampling.repetition_penalty, r.next_uniform()] for r in requests]
+    return [(*r.settings, r.next_uniform()) for r in requests]
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor | None,

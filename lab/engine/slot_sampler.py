@@ -59,7 +59,7 @@ class SlotSampler:
                  static: bool, first_id: int = 0) -> None:
         self.seen, self.last_token, self.first_id = seen, last_token, first_id
         self.scratch = seen.shape[0] - 1
-        self._padding_row = [self.scratch, *PADDING]
+        self._padding_row = (self.scratch, *PADDING)
         self.buckets, self.static = buckets, static
         self.device = seen.device
         self.fallbacks: list[str] = []
@@ -126,7 +126,7 @@ class SlotSampler:
                logits.dtype)
         buffers = self._buffers.get(key) or self._allocate(key)
         graph = self._graph(key, bucket, buffers)
-        rows = [[r.slot, *s] for r, s in zip(requests, settings_rows(requests), strict=True)]
+        rows = [(r.slot, *s) for r, s in zip(requests, settings_rows(requests), strict=True)]
         copy_from_host(buffers.rows[:bucket], rows + [self._padding_row] * (bucket - n),
                        torch.float64)
         buffers.logits[:n].copy_(logits)

@@ -23,6 +23,6 @@ def copy_from_host(dst: torch.Tensor, data, dtype: torch.dtype) -> None:
 
 
 def _staged(data, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The host side of a copy: pinned where the copy goes to a GPU."""
-    host = torch.tensor(data, dtype=dtype)
-    return host.pin_memory() if device.type == "cuda" else host
+    """The host side of a copy: pinned where the copy goes to a GPU, built there directly
+    (pinning a finished tensor would allocate and fill a second one)."""
+    return torch.tensor(data, dtype=dtype, pin_memory=device.type == "cuda")

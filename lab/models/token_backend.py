@@ -178,7 +178,6 @@ class TokenBackend:
                 if isinstance(chunk, Shared):
                     yield chunk
                     continue
-                with meter.timer.stage("to_cpu"):
-                    yield chunk.audio.float().cpu().numpy()
+                yield chunk.audio.numpy()  # float32 on the host already (the codec stage)
         finally:
             chunks.close()
