@@ -217,10 +217,11 @@ async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
 
 
 def serve(preset: str, overrides: list[str], threads: int, slots: int | None,
-          queue: int, switch_interval_ms: float) -> ServeProcess:
+          queue: int, switch_interval_ms: float, engine_process: bool) -> ServeProcess:
     """`lab serve` for the preset on a free loopback port, its threads pinned."""
     args = ["--preset", preset, "--host", "127.0.0.1", "--port", "0", "--queue", str(queue),
             "--switch-interval", f"{switch_interval_ms:g}"]
+    args += ["--engine-process"] if engine_process else []
     args += [arg for pair in overrides for arg in ("--set", pair)]
     args += ["--slots", str(slots)] if slots else []
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
@@ -261,8 +262,10 @@ def _server_line(meta: dict, server: dict) -> str:
     """The server's shape, or that a partial run stopped before it started."""
     if server.get("slots") is None:
         return "- Server: not started; the run stopped before it (in-process rows only)"
+    where = ("; its pipeline in a process of its own (`--engine-process`)"
+             if meta.get("engine_process") else "")
     return (f"- Server: {server['slots']} slots, queue {server.get('queue')}, model "
-            f"`{meta.get('model')}`, format {meta.get('format')}")
+            f"`{meta.get('model')}`, format {meta.get('format')}{where}")
 
 
 def _lock(meta: dict) -> str:
@@ -311,7 +314,8 @@ def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], Non
     local_rows, local = [*local_rows, *static_rows], [*local, *static]
     draft = functools.partial(report, args, plan, cfg, threads)
     save(draft(LoadResult(None, local_rows, local, []), {}, PARTIAL))
-    server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval)
+    server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval,
+                   args.engine_process)
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         target = SpeechTarget(f"{server.url}/v1/audio/speech", "", ready["voices"][0], args.format,
@@ -336,6 +340,7 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
     meta = run_meta(command=args.command, preset=args.preset,
                     overrides=" ".join(args.set), threads=threads,
                     switch_interval_ms=args.switch_interval,
+                    engine_process=args.engine_process,
                     weights=f"{cfg.weights} ({cfg.family}:{cfg.model})",
                     **target, plan=asdict(plan))
     return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
@@ -386,6 +391,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_MS,
                         metavar="MS", help="how long a thread may keep Python's lock while "
                                            "another waits, in the server and in this process")
+    parser.add_argument("--engine-process", action="store_true",
+                        help="serve with `lab serve --engine-process`: the pipeline in a "
+                             "process of its own")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--stem", default="serve_load_cpu")
     parser.add_argument("--render", action="store_true",

@@ -14,7 +14,6 @@ book in the data directory, where the app reads them too.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -313,11 +312,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     Options and the listening port are checked before the model loads, so a typo or a port in
     use costs nothing.
     """
-    from lab.pipeline import describe_startup
     from lab.serve import LabServer, ServeOptions
-    from lab.serve.allocator import cap_arenas
-    from lab.serve.memory_plan import plan_memory
-    from lab.serve.server import listen, server_pipeline
+    from lab.serve.engine_process import EngineProcess
+    from lab.serve.server import listen, load_served
 
     cfg = _config(args)
     keep_alive = {} if args.keep_alive is None else {"keep_alive_s": args.keep_alive}
@@ -330,20 +327,18 @@ def cmd_serve(args: argparse.Namespace) -> None:
         if args.switch_interval is not None:
             raise ValueError("--switch-interval sets this process's server; with --replicas, "
                              "each replica's process keeps the server's default")
+        if args.engine_process:
+            raise ValueError("--engine-process splits one server in two processes; with "
+                             "--replicas, each replica serves its own pipeline")
         _serve_replicas(cfg, options, args)
         return
     listener = listen(args.host, args.port)
     _warn_if_exposed(args.host)
-    print(cap_arenas())
-    plan = plan_memory(cfg, slots=options.slots)
-    print(plan.summary())
-    options = dataclasses.replace(options, slots=plan.slots)
-    interval = {} if args.switch_interval is None else {"switch_interval_ms": args.switch_interval}
-    pipe = server_pipeline(plan.apply(cfg), on_stage=print, **interval)
-    print(f"Python's lock changes hands every {sys.getswitchinterval() * 1000:g} ms at most")
-    print(describe_startup(pipe.startup))
-    for note in pipe.fallbacks:
-        print(f"fallback: {note}")
+    if args.engine_process:
+        pipe = EngineProcess(cfg, options, args.switch_interval)
+        options = pipe.options
+    else:
+        pipe, options = load_served(cfg, options, args.switch_interval)
     server = LabServer(pipe, options, listener=listener)
     admission = server.app.state.served.admission
     print(f"serving {server.url}/v1/audio/speech ({admission.slots} slots, queue "
@@ -491,6 +486,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="how long one thread may hold Python's lock while another waits "
                             "for it (default: well under Python's 5 ms, printed at start), so "
                             "the engine's thread never waits long behind the HTTP thread's")
+    serve.add_argument("--engine-process", action="store_true",
+                       help="run the pipeline in a process of its own, so the HTTP work does "
+                            "not share Python's lock with the engine's thread (see "
+                            "docs/serving.md)")
     serve.add_argument("--replicas", type=int, default=None,
                        help="serve from N processes behind Ray Serve's proxy on a local Ray "
                             "cluster: one GPU each where the preset runs on CUDA, else a share "

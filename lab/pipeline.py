@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ from lab.models.backend import EngineQueue
 from lab.models.registry import load_backend
 from lab.quant.precision import weight_bytes
 from lab.turns import Shared
-from lab.worker import LINGER_S, Worker, WorkerLoad
+from lab.worker import LINGER_S, Sink, Worker, WorkerLoad
 
 SENTENCE_GAP_S = 0.12
 NO_AUDIO = ("the model produced no audio for this text (an autoregressive model can end its "
@@ -246,6 +247,13 @@ class Pipeline:
         meter = self._meter()
         async for item in self._worker.astream(lambda: self._streamed(text, meter), cancel):
             yield item
+
+    def submit(self, text: str, cancel: threading.Event, sink: Sink, key: Any) -> None:
+        """`astream` for a reader elsewhere (a server in another process): each chunk, then
+        the Synthesis in an `End`, reach `sink` under `key` at the end of the worker's round
+        (`lab.worker.Worker.submit`)."""
+        meter = self._meter()
+        self._worker.submit(lambda: self._streamed(text, meter), cancel, sink, key)
 
     def _streamed(self, text: str, meter: RequestMeter) -> Generator[AudioChunk, None, Synthesis]:
         """The stream itself, run on the worker thread."""

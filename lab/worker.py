@@ -57,55 +57,99 @@ class Cancelled(RuntimeError):
     """The request was cancelled before it finished."""
 
 
+class CancelEvent(threading.Event):
+    """A job's cancel flag that also tells its listeners when it is set: a job running in
+    another process (`lab.serve.engine_process`) hears of it this way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._listeners: list[Callable[[], None]] = []
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def set(self) -> None:
+        super().set()
+        for listener in self._listeners:
+            listener()
+
+
 @dataclass
-class _End:
+class End:
+    """The last item of a job's queue: what its stream returned, or its error."""
+
     value: Any = None
     error: BaseException | None = None
 
 
-class _LoopQueue:
-    """A job's output queue read by an asyncio task. The worker's `put` only notes the item in
-    its outbox; the outbox hands a round's items to each event loop at once (`_Outbox`)."""
+Sink = Callable[[list[tuple[Any, Any]]], None]
+"""Takes a round's (key, item) pairs for the jobs submitted to it, on the worker thread."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, outbox: _Outbox) -> None:
-        self.loop = loop
-        self.items: asyncio.Queue = asyncio.Queue()
-        self._outbox = outbox
+
+class _SinkQueue:
+    """A job's output queue that notes each item in the worker's outbox under the job's key;
+    the outbox hands a round's items to each sink at once (`_Outbox`)."""
+
+    def __init__(self, sink: Sink, key: Any, outbox: _Outbox) -> None:
+        self.sink, self.key, self._outbox = sink, key, outbox
 
     def put(self, item: Any) -> None:
-        self._outbox.add(self, item)
-
-    async def get(self) -> Any:
-        return await self.items.get()
+        self._outbox.add(self.sink, self.key, item)
 
 
 class _Outbox:
-    """What the worker produced for event-loop readers during one round over its streams,
-    handed to each loop in one call at the round's end.
+    """What the worker produced for sinks during one round over its streams, handed to each
+    sink in one call at the round's end.
 
-    A round of a hundred streams then wakes a loop once instead of once per chunk. Once a
-    loop has closed nobody is left to read, and its items are dropped: raising would kill the
-    worker thread that serves everyone else.
+    A round of a hundred streams then wakes an event loop (or writes to a pipe) once instead
+    of once per chunk.
     """
 
     def __init__(self) -> None:
-        self._held: dict[asyncio.AbstractEventLoop, list[tuple[_LoopQueue, Any]]] = {}
+        self._held: dict[Sink, list[tuple[Any, Any]]] = {}
 
-    def add(self, queue_: _LoopQueue, item: Any) -> None:
-        self._held.setdefault(queue_.loop, []).append((queue_, item))
+    def add(self, sink: Sink, key: Any, item: Any) -> None:
+        self._held.setdefault(sink, []).append((key, item))
 
     def flush(self) -> None:
         held, self._held = self._held, {}
-        for loop, items in held.items():
-            try:
+        for sink, items in held.items():
+            sink(items)
+
+
+class LoopSink:
+    """Hands a round's items to the asyncio queues of one event loop. Once the loop has
+    closed nobody is left to read, and the items are dropped: raising would kill the worker
+    thread that serves everyone else."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)  # the worker keeps one sink per live loop, weakly
+
+    def __call__(self, items: list[tuple[asyncio.Queue, Any]]) -> None:
+        loop = self._loop()
+        try:
+            if loop is not None:
                 loop.call_soon_threadsafe(_deliver, items)
-            except RuntimeError:  # the loop has closed
-                pass
+        except RuntimeError:  # the loop has closed
+            pass
 
 
-def _deliver(items: list[tuple[_LoopQueue, Any]]) -> None:
+def _deliver(items: list[tuple[asyncio.Queue, Any]]) -> None:
     for queue_, item in items:
-        queue_.items.put_nowait(item)
+        queue_.put_nowait(item)
+
+
+async def ended(get: Callable[[], Any]) -> AsyncIterator[Any]:
+    """A job's items read with `await get()`, then the value it returned, as the last item;
+    the job's error is raised instead."""
+    while True:
+        item = await get()
+        if isinstance(item, End):
+            if item.error is not None:
+                raise item.error
+            yield item.value
+            return
+        yield item
 
 
 @dataclass(frozen=True)
@@ -126,7 +170,7 @@ class StreamJob:
     start: StreamFactory
     cancel: threading.Event = field(default_factory=threading.Event)
     threads: int = field(default_factory=torch.get_num_threads)
-    out: queue.Queue | _LoopQueue = field(default_factory=queue.Queue)
+    out: queue.Queue | _SinkQueue = field(default_factory=queue.Queue)
     cancelled: bool = False
     generator: Generator | None = None
     waiting: Shared | None = None  # the shared work it waits on, until `waiting.ready()`
@@ -192,6 +236,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._outbox = _Outbox()
+        self._loop_sinks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._early: list = []  # a job taken while lingering, served before the inbox's
         self._rounds, self._busy_s = 0, 0.0
 
@@ -219,7 +264,7 @@ class Worker:
         try:
             while True:
                 item = job.out.get()
-                if isinstance(item, _End):
+                if isinstance(item, End):
                     if item.error is not None:
                         raise item.error
                     return item.value
@@ -232,21 +277,27 @@ class Worker:
         """`stream` for a caller on an event loop: what `start()` yields, then what it
         returns, as the last item. Closing the iterator (or cancelling the task reading it)
         cancels the job like closing `stream`."""
-        job = StreamJob(start, cancel or threading.Event(),
-                        out=_LoopQueue(asyncio.get_running_loop(), self._outbox))
-        self._inbox.put(job)
-        self._ensure_running()
+        loop = asyncio.get_running_loop()
+        sink = self._loop_sinks.get(loop)
+        if sink is None:
+            sink = self._loop_sinks[loop] = LoopSink(loop)
+        out: asyncio.Queue = asyncio.Queue()
+        job = self.submit(start, cancel or threading.Event(), sink, out)
         try:
-            while True:
-                item = await job.out.get()
-                if isinstance(item, _End):
-                    if item.error is not None:
-                        raise item.error
-                    yield item.value
-                    return
+            async for item in ended(out.get):
                 yield item
         finally:
             job.cancelled = True
+
+    def submit(self, start: StreamFactory, cancel: threading.Event, sink: Sink,
+               key: Any) -> StreamJob:
+        """Run `start()` on the worker and hand what it yields, then its `End`, to `sink` as
+        (key, item) pairs, gathered with the other jobs' at each round's end: a caller in
+        another thread or process takes a round's output at once."""
+        job = StreamJob(start, cancel, out=_SinkQueue(sink, key, self._outbox))
+        self._inbox.put(job)
+        self._ensure_running()
+        return job
 
     def batch(self, texts: Sequence[str], context: Any) -> list[Any]:
         """`run_batch` over these texts, possibly merged with other waiting batches."""
@@ -361,7 +412,7 @@ class Worker:
                 job.generator = job.start()
             if job.stopped:
                 job.generator.close()
-                job.out.put(_End(error=Cancelled("the request was cancelled")))
+                job.out.put(End(error=Cancelled("the request was cancelled")))
                 return False
             if job.failure is not None:
                 failure, job.failure, job.waiting = job.failure, None, None
@@ -378,9 +429,9 @@ class Worker:
                 job.out.put(piece)
             return True
         except StopIteration as done:
-            job.out.put(_End(done.value))
+            job.out.put(End(done.value))
         except Exception as err:  # noqa: BLE001  delivered to the job's caller, who re-raises
-            job.out.put(_End(error=err))
+            job.out.put(End(error=err))
         return False
 
     def _run_batches(self, jobs: list[BatchJob]) -> None:
@@ -395,22 +446,22 @@ class Worker:
             results = run_batch(texts, jobs[0].context)
         except Exception as err:  # noqa: BLE001
             if len(jobs) == 1:
-                jobs[0].out.put(_End(error=err))
+                jobs[0].out.put(End(error=err))
             else:
                 for job in jobs:
                     self._run_batches([job])
             return
         for job in jobs:
-            job.out.put(_End(results[: len(job.texts)]))
+            job.out.put(End(results[: len(job.texts)]))
             results = results[len(job.texts):]
 
 
 def _run_call(job: CallJob) -> None:
     _use_threads(job.threads)
     try:
-        job.out.put(_End(job.fn()))
+        job.out.put(End(job.fn()))
     except Exception as err:  # noqa: BLE001  delivered to the caller, who re-raises
-        job.out.put(_End(error=err))
+        job.out.put(End(error=err))
 
 
 def _use_threads(count: int) -> None:

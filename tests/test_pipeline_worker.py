@@ -14,7 +14,7 @@ from lab.metrics.repeats import pinned_threads
 from lab.models.orpheus_format import AudioTokenConstraint
 from lab.pipeline import AudioChunk, Pipeline, Synthesis, drain
 from lab.turns import Shared
-from lab.worker import LINGER_S, Cancelled, Worker
+from lab.worker import LINGER_S, Cancelled, End, Worker
 
 TEXTS = ["One small request.", "Another one, a little longer.", "A third. In two sentences."]
 
@@ -176,6 +176,24 @@ def test_a_stream_whose_event_loop_has_closed_does_not_stop_the_worker():
     worker.close()
 
 
+def _pieces_once_all_started(streams: int, n: int):
+    """`pieces(name)`: a stream factory that passes its turn until `streams` of them have
+    started, then yields name0..name{n-1} and returns 'name done', so the rounds do not depend
+    on when the worker thread got each job."""
+    started = []
+
+    def pieces(name):
+        def start():
+            started.append(name)
+            while len(started) < streams:
+                yield None
+            for i in range(n):
+                yield f"{name}{i}"
+            return f"{name} done"
+        return start
+    return pieces
+
+
 def test_the_worker_wakes_an_event_loop_once_per_round_not_once_per_piece():
     """Three streams of five pieces each, read on one loop: each reader gets its own pieces in
     order, and once the three are running a round's three pieces come in one wake (18 pieces
@@ -185,18 +203,7 @@ def test_the_worker_wakes_an_event_loop_once_per_round_not_once_per_piece():
     owner = _Echo()
     worker = Worker("test-worker", owner.run)
     wakes = []
-
-    started = []
-
-    def pieces(name):
-        def start():
-            started.append(name)
-            while len(started) < 3:
-                yield None
-            for i in range(5):
-                yield f"{name}{i}"
-            return f"{name} done"
-        return start
+    pieces = _pieces_once_all_started(3, 5)
 
     async def read(name):
         return [item async for item in worker.astream(pieces(name))]
@@ -217,6 +224,31 @@ def test_the_worker_wakes_an_event_loop_once_per_round_not_once_per_piece():
     assert results == [[f"{n}{i}" for i in range(5)] + [f"{n} done"] for n in "abc"]
     assert len(wakes) < 18
     assert max(len(items) for _, items in wakes) == 3
+
+
+def test_a_sink_takes_each_rounds_pieces_of_every_stream_in_one_call():
+    """`submit` with a sink (what a server in another process reads through): every stream's
+    pieces reach the sink under its key, in order, with its End last; once all three run, a
+    round's three pieces come in one call."""
+    owner = _Echo()
+    worker = Worker("test-worker", owner.run)
+    calls, done = [], threading.Event()
+    pieces = _pieces_once_all_started(3, 4)
+
+    def sink(pairs):
+        calls.append(list(pairs))
+        if sum(isinstance(item, End) for call in calls for _, item in call) == 3:
+            done.set()
+
+    for name in "abc":
+        worker.submit(pieces(name), threading.Event(), sink, name)
+    assert done.wait(10)
+    worker.close()
+    for name in "abc":
+        got = [item for call in calls for key, item in call if key == name]
+        assert got[:-1] == [f"{name}{i}" for i in range(4)]
+        assert got[-1] == End(f"{name} done")
+    assert max(len(call) for call in calls) == 3 and len(calls) < 15
 
 
 def test_per_request_counts_travel_with_the_request(orpheus):

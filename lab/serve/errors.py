@@ -48,3 +48,8 @@ def retry_later(status: int, message: str, retry_after_s: int, kind: str, code: 
     """The server is busy or short of memory: the request was fine, and may succeed later."""
     return ApiError(status, message, kind=kind, code=code,
                     headers={"Retry-After": str(retry_after_s)})
+
+
+class EngineGone(RuntimeError):
+    """The process that held the pipeline has exited (`lab serve --engine-process`); nothing
+    it held can finish, and nothing more can start until the server restarts."""

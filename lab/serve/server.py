@@ -9,6 +9,7 @@ request deadline, since none may run longer. A second Ctrl-C forces the exit.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import socket
 import sys
@@ -19,8 +20,10 @@ from collections.abc import Callable
 import uvicorn
 
 from lab.config import PipelineConfig
-from lab.pipeline import Pipeline
+from lab.pipeline import Pipeline, describe_startup
+from lab.serve.allocator import cap_arenas
 from lab.serve.app import create_app
+from lab.serve.memory_plan import plan_memory
 from lab.serve.options import ServeOptions
 
 START_TIMEOUT_S = 30.0
@@ -50,6 +53,22 @@ def server_pipeline(config: PipelineConfig,
     after an idle spell would otherwise start a thread and build that team again."""
     hand_over_lock(switch_interval_ms)
     return Pipeline(config, on_stage=on_stage, linger_s=None)
+
+
+def load_served(config: PipelineConfig, options: ServeOptions,
+                switch_interval_ms: float | None = None) -> tuple[Pipeline, ServeOptions]:
+    """Load the pipeline `lab serve` serves, saying each step: the allocator's arenas, the
+    memory plan (its slots replace `options.slots`), the load and warm-up, every fallback."""
+    print(cap_arenas())
+    plan = plan_memory(config, slots=options.slots)
+    print(plan.summary())
+    interval = {} if switch_interval_ms is None else {"switch_interval_ms": switch_interval_ms}
+    pipe = server_pipeline(plan.apply(config), on_stage=print, **interval)
+    print(f"Python's lock changes hands every {sys.getswitchinterval() * 1000:g} ms at most")
+    print(describe_startup(pipe.startup))
+    for note in pipe.fallbacks:
+        print(f"fallback: {note}")
+    return pipe, dataclasses.replace(options, slots=plan.slots)
 
 
 class _Server(uvicorn.Server):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,11 +32,11 @@ from lab.frontend.errors import TextError
 from lab.pipeline import AudioChunk, Pipeline, Synthesis
 from lab.serve.admission import Admission, Deadline, Slot
 from lab.serve.audio import Encoder, sse_audio, sse_event
-from lab.serve.errors import SERVER, UNAVAILABLE, ApiError, invalid, retry_later
+from lab.serve.errors import SERVER, UNAVAILABLE, ApiError, EngineGone, invalid, retry_later
 from lab.serve.metrics import ServerMetrics
 from lab.serve.offer import Offer
 from lab.serve.schema import SpeechRequest
-from lab.worker import Cancelled
+from lab.worker import CancelEvent, Cancelled
 
 log = logging.getLogger("lab.serve")
 
@@ -63,7 +62,7 @@ class SpeechRun:
     """
 
     def __init__(self, served: Served, text: str, deadline: Deadline) -> None:
-        self.cancel = threading.Event()
+        self.cancel = CancelEvent()
         self.deadline = deadline
         self.expired = False
         self._served = served
@@ -99,12 +98,15 @@ class SpeechRun:
 
 def describe_failure(err: Exception, retry_after_s: int) -> ApiError:
     """A synthesis failure as the client sees it: out of memory is 503 (retry later; the
-    server serves on), text the frontend refuses is 400, anything else 500."""
+    server serves on), so is a pipeline process that has exited, text the frontend refuses
+    is 400, anything else 500."""
     if isinstance(err, torch.cuda.OutOfMemoryError):
         reason = str(err).splitlines()[0] if str(err) else "no details"
         return retry_later(503, f"the GPU ran out of memory during this request ({reason}); "
                                 "the server keeps serving the others; retry later or with "
                                 "shorter input", retry_after_s, UNAVAILABLE, "out_of_memory")
+    if isinstance(err, EngineGone):
+        return retry_later(503, str(err), retry_after_s, UNAVAILABLE, "engine_gone")
     if isinstance(err, TextError):
         return invalid("input", f"input: {err}")
     return ApiError(500, f"synthesis failed: {type(err).__name__}: {err}", kind=SERVER,

@@ -37,6 +37,7 @@ def test_serve_listens_on_loopback_by_default():
     (["--keep-alive", "30", "--replicas", "2"], "Ray Serve's proxy"),
     (["--switch-interval", "0"], "switch interval 0.0 ms must be > 0"),
     (["--switch-interval", "1", "--replicas", "2"], "each replica's process"),
+    (["--engine-process", "--replicas", "2"], "each replica serves its own pipeline"),
 ])
 def test_bad_options_exit_2_before_loading(argv, words, capsys):
     assert main(["serve", *argv]) == 2

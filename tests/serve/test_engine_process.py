@@ -1,0 +1,137 @@
+"""`lab serve --engine-process`: the pipeline in a child process, the server in this one.
+
+The child loads the default voice from the same preset, so its audio must be the in-process
+pipeline's, sample for sample; a request's end, error or cancel crosses the pipe; and a child
+that dies fails its requests with a clear error instead of leaving them hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import numpy as np
+import pytest
+from openai import OpenAI
+
+from lab.config import load_preset
+from lab.frontend.errors import TextError
+from lab.serve import LabServer, ServeOptions
+from lab.serve.engine_process import EngineProcess
+from lab.serve.errors import EngineGone
+from lab.worker import CancelEvent
+from tests.serve.conftest import HOLD, LONG, MODEL, metric, pcm_of, speech
+
+
+def engine(**options) -> EngineProcess:
+    return EngineProcess(load_preset(MODEL), ServeOptions(model_name=MODEL, **options))
+
+
+@pytest.fixture(scope="module")
+def child():
+    process = engine(slots=2, queue=2)
+    yield process
+    process.close()
+
+
+@pytest.fixture(scope="module")
+def server(child):
+    srv = LabServer(child, child.options, log_level="warning").start()
+    yield srv
+    srv.stop(timeout=30)
+
+
+def until(condition, timeout_s: float = 20.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def settles(read, timeout_s: float = 20.0, hold_s: float = 0.6) -> bool:
+    """Whether `read()` gives the same value twice, `hold_s` apart, within the timeout (the
+    child reports its state four times a second)."""
+    end, last = time.monotonic() + timeout_s, read()
+    while time.monotonic() < end:
+        time.sleep(hold_s)
+        now = read()
+        if now == last:
+            return True
+        last = now
+    return False
+
+
+def test_the_child_reports_what_it_loaded(child, serve_pipeline):
+    assert child.sample_rate == serve_pipeline.sample_rate
+    assert child.family.name == serve_pipeline.family.name
+    assert child.options.slots == 2 and child.startup["load_ms"] > 0
+
+
+def test_openai_client_streams_the_childs_audio_equal_to_the_pipeline(server, serve_pipeline):
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    parts = []
+    with client.audio.speech.with_streaming_response.create(
+            model=MODEL, voice="default", input=LONG, response_format="pcm") as response:
+        parts = list(response.iter_bytes())
+    assert len(parts) >= 3, "the audio came in one piece, not streamed"
+    np.testing.assert_array_equal(np.frombuffer(b"".join(parts), "<i2"),
+                                  pcm_of(serve_pipeline.synthesize(LONG).audio))
+
+
+def test_an_error_in_the_child_arrives_as_its_own_type(child):
+    async def read():
+        async for _ in child.astream("   "):
+            pass
+    with pytest.raises(TextError, match="whitespace"):
+        asyncio.run(read())
+
+
+def test_a_cancel_stops_the_job_in_the_child(child):
+    async def first_then_cancel():
+        cancel = CancelEvent()
+        stream = child.astream(HOLD, cancel)
+        await anext(stream)
+        cancel.set()
+        with pytest.raises(Exception, match="cancelled"):
+            async for _ in stream:
+                pass
+    asyncio.run(first_then_cancel())
+    assert settles(lambda: child.worker_load().rounds), \
+        "the child's worker kept running the cancelled job"
+
+
+def test_a_disconnect_frees_the_slot_and_the_server_serves_on(server):
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=speech(input=HOLD),
+                      timeout=60) as response:
+        next(response.iter_bytes())
+    assert until(lambda: metric(server.url, "lab_active_slots") == 0)
+    response = httpx.post(f"{server.url}/v1/audio/speech", json=speech(), timeout=60)
+    assert response.status_code == 200 and len(response.content) > 1000
+
+
+def test_a_killed_child_fails_requests_with_503_and_none_hangs():
+    process = engine(slots=2, queue=2)
+    srv = LabServer(process, process.options, log_level="warning").start()
+    try:
+        with httpx.stream("POST", f"{srv.url}/v1/audio/speech", json=speech(input=HOLD),
+                          timeout=30) as response:
+            chunks = response.iter_bytes()
+            next(chunks)
+            os.kill(process._process.pid, signal.SIGKILL)
+            with pytest.raises(httpx.RemoteProtocolError):
+                for _ in chunks:
+                    pass
+        after = httpx.post(f"{srv.url}/v1/audio/speech", json=speech(), timeout=30)
+        assert after.status_code == 503
+        assert "engine process has exited" in after.json()["error"]["message"]
+        assert until(lambda: metric(srv.url, "lab_active_slots") == 0)
+    finally:
+        srv.stop(timeout=30)
+        process.close()
+    with pytest.raises(EngineGone):
+        asyncio.run(anext(process.astream("Hello.")))
