@@ -134,6 +134,18 @@ class LoopSink:
             pass
 
 
+_loop_sinks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def loop_sink(loop: asyncio.AbstractEventLoop) -> LoopSink:
+    """The one sink of a live event loop, so that a round's items for all its readers are
+    grouped under it and wake the loop once."""
+    sink = _loop_sinks.get(loop)
+    if sink is None:
+        sink = _loop_sinks[loop] = LoopSink(loop)
+    return sink
+
+
 def _deliver(items: list[tuple[asyncio.Queue, Any]]) -> None:
     for queue_, item in items:
         queue_.put_nowait(item)
@@ -236,7 +248,6 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._outbox = _Outbox()
-        self._loop_sinks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._early: list = []  # a job taken while lingering, served before the inbox's
         self._rounds, self._busy_s = 0, 0.0
 
@@ -277,12 +288,9 @@ class Worker:
         """`stream` for a caller on an event loop: what `start()` yields, then what it
         returns, as the last item. Closing the iterator (or cancelling the task reading it)
         cancels the job like closing `stream`."""
-        loop = asyncio.get_running_loop()
-        sink = self._loop_sinks.get(loop)
-        if sink is None:
-            sink = self._loop_sinks[loop] = LoopSink(loop)
         out: asyncio.Queue = asyncio.Queue()
-        job = self.submit(start, cancel or threading.Event(), sink, out)
+        job = self.submit(start, cancel or threading.Event(),
+                          loop_sink(asyncio.get_running_loop()), out)
         try:
             async for item in ended(out.get):
                 yield item

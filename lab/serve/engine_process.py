@@ -39,7 +39,7 @@ from lab.models.backend import EngineQueue, Family
 from lab.serve.errors import EngineGone
 from lab.serve.options import ServeOptions
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock, load_served
-from lab.worker import CancelEvent, End, LoopSink, WorkerLoad, ended
+from lab.worker import CancelEvent, End, LoopSink, WorkerLoad, ended, loop_sink
 
 STATE_EVERY_S = 0.25
 
@@ -121,7 +121,7 @@ class EngineProcess:
             raise self._gone
         key = next(self._keys)
         out: asyncio.Queue = asyncio.Queue()
-        self._queues[key] = (LoopSink(asyncio.get_running_loop()), out)
+        self._queues[key] = (loop_sink(asyncio.get_running_loop()), out)
         self._send(("start", key, text))
         if cancel is not None:  # the child's job then ends with `Cancelled`, read here
             cancel.listen(lambda: self._cancel(key, self._queues.get(key)))
@@ -132,9 +132,15 @@ class EngineProcess:
             self._cancel(key, self._queues.pop(key, None))
 
     def _cancel(self, key: int, entry: tuple | None) -> None:
-        """Tell the child to stop a request it has not ended yet (`entry` is still held)."""
-        if entry is not None and self._gone is None:
+        """Tell the child to stop a request it has not ended yet (`entry` is still held). A
+        child that is gone has nothing left to stop, and a reader closing its stream must not
+        fail for it (the server frees the request's slot after the close)."""
+        if entry is None or self._gone is not None:
+            return
+        try:
             self._send(("cancel", key))
+        except EngineGone:
+            pass
 
     def _send(self, message: tuple) -> None:
         with self._send_lock:
@@ -227,6 +233,8 @@ def _serve_child(config: PipelineConfig, options: ServeOptions, switch_interval_
         elif message[0] == "stop":
             break
     stop.set()
+    for cancel in list(cancels.values()):  # only a parent that is gone leaves any
+        cancel.set()
     pipe.close()
     with lock:
         conn.send(("stopped", None))
