@@ -12,7 +12,9 @@ In one run, on the same sentences (drawn with a seed from the lab's sentence set
    previous one has finished, as serving stacks did before continuous batching) takes the
    same Poisson arrivals in this process.
 2. `lab serve --preset P --port 0` starts in a child process on 127.0.0.1 with its threads
-   pinned, and loads and warms its own pipeline.
+   pinned, and loads and warms its own pipeline. With `--servers one-process,engine-process`
+   a second server follows the first, with `--engine-process` (its pipeline in a process of
+   its own); its rows' shapes start with "engine process".
 3. `lab loadtest`'s client (`lab.bench.loadtest`) runs the closed-loop sweep (N streams in
    flight), then the open-loop Poisson sweep (arrivals at a rate, never waiting).
 4. The server is stopped with SIGTERM, which drains the requests in flight.
@@ -262,8 +264,9 @@ def _server_line(meta: dict, server: dict) -> str:
     """The server's shape, or that a partial run stopped before it started."""
     if server.get("slots") is None:
         return "- Server: not started; the run stopped before it (in-process rows only)"
-    where = ("; its pipeline in a process of its own (`--engine-process`)"
-             if meta.get("engine_process") else "")
+    where = ("; the 'engine process' rows from a server whose pipeline runs in a process of "
+             "its own (`lab serve --engine-process`), after the other's"
+             if "engine-process" in meta.get("servers", []) else "")
     return (f"- Server: {server['slots']} slots, queue {server.get('queue')}, model "
             f"`{meta.get('model')}`, format {meta.get('format')}{where}")
 
@@ -301,34 +304,63 @@ def write(result: dict, out: Path, stem: str) -> None:
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
 
 
+SERVERS = {"one-process": "", "engine-process": "engine process "}
+"""Each way `lab serve` can hold its pipeline, and the prefix of its rows' shapes."""
+
+
 def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], None]) -> dict:
-    """Status quo, then the served sweeps, on the same sentences; the report's content. A
-    partial report is handed to `save` after the status quo and after each served point, so
-    a run stopped midway (a time limit on a lent GPU) keeps what it measured."""
+    """Status quo, then the served sweeps (one server per `--servers` mode, in turn), on the
+    same sentences; the report's content. A partial report is handed to `save` after the
+    status quo and after each served point, so a run stopped midway (a time limit on a lent
+    GPU) keeps what it measured."""
     cfg = load_preset(args.preset, **parse_overrides(args.set))
     check_static(cfg, args.static_rates)
     hand_over_lock(args.switch_interval)
     with pinned_threads(args.threads) as threads:
         local_rows, local = status_quo(cfg, plan, args.in_process_rates)
         static_rows, static = static_batching(cfg, plan, args.static_rates)
-    local_rows, local = [*local_rows, *static_rows], [*local, *static]
+    rows, records = [*local_rows, *static_rows], [*local, *static]
     draft = functools.partial(report, args, plan, cfg, threads)
-    save(draft(LoadResult(None, local_rows, local, []), {}, PARTIAL))
+    save(draft(LoadResult(None, rows, records, []), {}, PARTIAL))
+    target, ready = None, {}
+    for mode in args.servers:
+        before = LoadResult(None, rows, records, [])
+        target, ready, served = served_sweep(args, plan, threads, mode, functools.partial(
+            _save_partial, save, draft, before))
+        rows, records = [*rows, *served.rows], [*records, *served.records]
+    return draft(LoadResult(target, rows, records, []), ready, None)
+
+
+def _save_partial(save: Callable[[dict], None], draft: Callable[..., dict], before: LoadResult,
+                  done: LoadResult, ready: dict) -> None:
+    """Save what was measured `before` a server and by it so far, as a partial report."""
+    save(draft(LoadResult(done.target, [*before.rows, *done.rows],
+                          [*before.records, *done.records], []), ready, PARTIAL))
+
+
+def served_sweep(args: argparse.Namespace, plan: LoadPlan, threads: int, mode: str,
+                 on_point: Callable[[LoadResult, dict], None]
+                 ) -> tuple[SpeechTarget, dict, LoadResult]:
+    """`lab serve` in `mode` under the plan's points: its target, its /ready answer, and its
+    rows and requests, their shapes prefixed with the mode's (`SERVERS`)."""
     server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval,
-                   args.engine_process)
+                   mode == "engine-process")
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         target = SpeechTarget(f"{server.url}/v1/audio/speech", "", ready["voices"][0], args.format,
                               ready.get("sample_rate", 22050), args.timeout)
-        loaded = asyncio.run(run_load(target, plan, lambda done: save(draft(
-            LoadResult(done.target, [*local_rows, *done.rows], [*local, *done.records], []),
-            ready, PARTIAL))))
+        loaded = asyncio.run(run_load(target, plan, lambda done: on_point(
+            _prefixed(done, SERVERS[mode]), ready)))
     finally:
         server.stop(timeout_s=60)
     if loaded.unmeasured:
         raise RuntimeError(loaded.unmeasured)
-    return draft(LoadResult(loaded.target, [*local_rows, *loaded.rows],
-                            [*local, *loaded.records], []), ready, None)
+    return loaded.target, ready, _prefixed(loaded, SERVERS[mode])
+
+
+def _prefixed(result: LoadResult, prefix: str) -> LoadResult:
+    return replace(result, rows=[replace(r, shape=prefix + r.shape) for r in result.rows],
+                   records=[replace(r, shape=prefix + r.shape) for r in result.records])
 
 
 def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, threads: int,
@@ -340,7 +372,7 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
     meta = run_meta(command=args.command, preset=args.preset,
                     overrides=" ".join(args.set), threads=threads,
                     switch_interval_ms=args.switch_interval,
-                    engine_process=args.engine_process,
+                    servers=list(args.servers),
                     weights=f"{cfg.weights} ({cfg.family}:{cfg.model})",
                     **target, plan=asdict(plan))
     return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
@@ -361,6 +393,14 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
 
 def _rates(text: str) -> tuple[float, ...]:
     return tuple(float(r) for r in text.split(",") if r)
+
+
+def _servers(text: str) -> tuple[str, ...]:
+    modes = tuple(text.split(","))
+    unknown = [m for m in modes if m not in SERVERS]
+    if unknown or len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"{text!r}: name each of {list(SERVERS)} at most once")
+    return modes
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -391,9 +431,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_MS,
                         metavar="MS", help="how long a thread may keep Python's lock while "
                                            "another waits, in the server and in this process")
-    parser.add_argument("--engine-process", action="store_true",
-                        help="serve with `lab serve --engine-process`: the pipeline in a "
-                             "process of its own")
+    parser.add_argument("--servers", type=_servers, default=("one-process",),
+                        help="how each server in turn holds its pipeline, e.g. "
+                             "one-process,engine-process (engine-process: `lab serve "
+                             "--engine-process`, the pipeline in a process of its own)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--stem", default="serve_load_cpu")
     parser.add_argument("--render", action="store_true",

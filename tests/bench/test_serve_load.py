@@ -62,6 +62,24 @@ def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, 
     assert "### open 1/s over time" in (tmp_path / "s.md").read_text()
 
 
+def test_a_second_server_holds_its_pipeline_in_a_process_of_its_own(serve_load, tmp_path):
+    """`--servers one-process,engine-process`: the same points against each server in turn,
+    the second's rows named for it, every request answered."""
+    import json
+
+    serve_load.main(["--preset", "cpu-default", "--concurrency", "1", "--rates", "1",
+                     "--requests", "2", "--duration", "3", "--threads", "2",
+                     "--servers", "one-process,engine-process",
+                     "--out", str(tmp_path), "--stem", "s"])
+    final = json.loads((tmp_path / "s.json").read_text())
+    assert [r["shape"] for r in final["rows"]] == ["in-process", "closed", "open",
+                                                   "engine process closed",
+                                                   "engine process open"]
+    assert all(r["ok"] == r["requests"] > 0 for r in final["rows"][1:])
+    assert final["meta"]["servers"] == ["one-process", "engine-process"]
+    assert "`lab serve --engine-process`" in "\n".join(serve_load.header(final))
+
+
 def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_load, monkeypatch):
     """The status quo before continuous batching: the preset rebuilt with static batching,
     under the same Poisson arrivals, its rows and requests marked as such."""
