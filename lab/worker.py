@@ -31,7 +31,8 @@ only PyTorch work is its pipeline's (a server) keeps the thread for good (`linge
 
 An asyncio caller (the HTTP server) takes a stream with `astream`: the worker hands what a
 round produced to the event loop at the round's end, so no thread blocks on each request's
-queue and a hundred streams cost one wake of the loop per round.
+queue and a hundred streams cost one wake of the loop per round. `submit` does the same for any
+sink, such as the pipe to a server in another process (`lab.serve.engine_process`).
 """
 
 from __future__ import annotations
