@@ -124,7 +124,7 @@ class LoopSink:
     thread that serves everyone else."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = weakref.ref(loop)  # the worker keeps one sink per live loop, weakly
+        self._loop = weakref.ref(loop)  # a sink must not keep a closed loop alive
 
     def __call__(self, items: list[tuple[asyncio.Queue, Any]]) -> None:
         loop = self._loop()

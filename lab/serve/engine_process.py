@@ -222,7 +222,7 @@ def _serve_child(config: PipelineConfig, options: ServeOptions, switch_interval_
     while True:
         try:
             message = conn.recv()
-        except EOFError:  # the parent is gone: nobody is left to send audio to
+        except (EOFError, OSError):  # the parent is gone: nobody is left to send audio to
             break
         if message[0] == "start":
             _, key, text = message
@@ -236,8 +236,7 @@ def _serve_child(config: PipelineConfig, options: ServeOptions, switch_interval_
     for cancel in list(cancels.values()):  # only a parent that is gone leaves any
         cancel.set()
     pipe.close()
-    with lock:
-        conn.send(("stopped", None))
+    _send_quietly(conn, lock, ("stopped", None))
 
 
 def _state_of(pipe) -> _State:
@@ -246,9 +245,7 @@ def _state_of(pipe) -> _State:
 
 def _report_state(pipe, conn, lock: threading.Lock, stop: threading.Event) -> None:
     while not stop.wait(STATE_EVERY_S):
-        state = _state_of(pipe)
-        with lock:
-            conn.send(("state", state))
+        _send_quietly(conn, lock, ("state", _state_of(pipe)))
 
 
 class _PipeSink:
@@ -262,8 +259,18 @@ class _PipeSink:
             if isinstance(item, End):
                 self.cancels.pop(key, None)
                 pairs[i] = (key, _portable(item))
-        with self.lock:
-            self.conn.send(("items", pairs))
+        _send_quietly(self.conn, self.lock, ("items", pairs))
+
+
+def _send_quietly(conn, lock: threading.Lock, message: tuple) -> None:
+    """Send from the worker's or the reporter's thread. A parent that is gone cannot be told
+    anything; raising would end the thread, and the child's main loop, which sees the pipe
+    close, cancels the jobs and exits instead."""
+    try:
+        with lock:
+            conn.send(message)
+    except OSError:
+        pass
 
 
 def _portable(end: End) -> End:

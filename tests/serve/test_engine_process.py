@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 from openai import OpenAI
 
@@ -135,3 +138,28 @@ def test_a_killed_child_fails_requests_with_503_and_none_hangs():
         process.close()
     with pytest.raises(EngineGone):
         asyncio.run(anext(process.astream("Hello.")))
+
+
+
+PARENT = """
+import os, sys
+from lab.config import load_preset
+from lab.serve import ServeOptions
+from lab.serve.engine_process import EngineProcess
+
+if __name__ == "__main__":
+    process = EngineProcess(load_preset("cpu-default"), ServeOptions(slots=1, queue=1))
+    print(process._process.pid, flush=True)
+    os._exit(0)  # dies without a word: no stop, no close
+"""
+
+
+def test_a_child_whose_parent_dies_exits_by_itself(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, check=True)
+    child = int(done.stdout.split()[-1])
+    assert until(lambda: not psutil.pid_exists(child)
+                 or psutil.Process(child).status() == psutil.STATUS_ZOMBIE, 30), \
+        "the engine process outlived its parent"
