@@ -23,10 +23,11 @@ Every row is measured the same way: time to first audio from when the request wa
 latency, and whether a player fed by the stream would have run dry (`lab.bench.playback`).
 The in-process rows of an autoregressive family also give `step_p50_ms`, the median over
 requests of the decode step each one waited on: the figure to set beside
-`orpheus_streams.py`'s step times for the engine driven alone at the same rate. Every
-in-process row gives `host_busy`, the share of its wall time the pipeline's serving thread
-spent on host work (in rounds, less its waits for the device's tokens), and `round_ms`, its
-mean round: near 1, Python on the host, not the device, set the pace.
+`orpheus_streams.py`'s step times for the engine driven alone at the same rate. Every row
+gives `host_busy`, the share of its wall time the pipeline's serving thread spent on host work
+(in rounds, less its waits for the device's tokens), and `round_ms`, its mean round: near 1,
+Python on the host, not the device, set the pace. A served row reads them from the server's
+`/metrics` as the point starts and ends.
 The status quo runs before the server starts, so the two never share the cores. Writes
 <stem>.json (every request) and <stem>.md. Hand-written remarks go in the JSON's `notes` and
 `anomalies` lists, so a rewritten report keeps them; `--render` rewrites the markdown from
@@ -47,6 +48,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from tqdm import tqdm
 
 from lab.bench.arrivals import open_loop, poisson_arrivals
@@ -98,7 +100,8 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     try:
         before = _thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
-        alone = _with_host_work(summarize(records, "in-process", 1, wall_s), pipe, before, wall_s)
+        alone = _with_host_work(summarize(records, "in-process", 1, wall_s), before,
+                                _thread_clock(pipe))
         open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
     finally:
         pipe.close()
@@ -112,14 +115,25 @@ def _thread_clock(pipe: Pipeline) -> tuple[int, float, float]:
     return load.rounds, load.busy_s, 0.0 if queue is None else queue.device_wait_s
 
 
-def _with_host_work(row: PointSummary, pipe: Pipeline, before: tuple[int, float, float],
-                 wall_s: float) -> PointSummary:
-    """The row with the serving thread's host work since `before` (`_thread_clock`) as a
-    share of the point's `wall_s`, and its mean round. The thread books a round once it has
-    handed out the round's audio, a moment after the point's clock may have stopped, so a
-    thread busy throughout can read a hair over the wall time: the share is capped at 1."""
-    rounds, busy_s, wait_s = (b - a for a, b in zip(before, _thread_clock(pipe), strict=True))
-    host = round(min(1.0, (busy_s - wait_s) / wall_s), 3) if wall_s else None
+def _server_clock(url: str) -> tuple[int, float, float]:
+    """`_thread_clock` of a server's pipeline, read from its /metrics (a server whose pipeline
+    runs in another process reports it four times a second, so a reading may lag 0.25 s)."""
+    text = httpx.get(f"{url}/metrics", trust_env=False, timeout=10).text
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return (int(values.get("lab_worker_rounds_total", 0)),
+            values.get("lab_worker_busy_seconds_total", 0.0),
+            values.get("lab_engine_device_wait_seconds_total", 0.0))
+
+
+def _with_host_work(row: PointSummary, before: tuple[int, float, float],
+                    after: tuple[int, float, float]) -> PointSummary:
+    """The row with the serving thread's host work between two clock readings
+    (`_thread_clock`, `_server_clock`) as a share of the point's wall time, and its mean
+    round. The thread books a round once it has handed out the round's audio, a moment after
+    the point's clock may have stopped, so a thread busy throughout can read a hair over the
+    wall time: the share is capped at 1."""
+    rounds, busy_s, wait_s = (b - a for a, b in zip(before, after, strict=True))
+    host = round(min(1.0, (busy_s - wait_s) / row.wall_s), 3) if row.wall_s else None
     return replace(row, host_busy=host,
                    round_ms=round(busy_s * 1000 / rounds, 3) if rounds else None)
 
@@ -170,7 +184,8 @@ def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape
     for rate in rates:
         before = _thread_clock(pipe)
         point, wall_s = _open_in_process(pipe, plan, rate, shape)
-        rows.append(_with_host_work(summarize(point, shape, rate, wall_s), pipe, before, wall_s))
+        rows.append(_with_host_work(summarize(point, shape, rate, wall_s), before,
+                                    _thread_clock(pipe)))
         records += point
     return rows, records
 
@@ -342,20 +357,27 @@ def served_sweep(args: argparse.Namespace, plan: LoadPlan, threads: int, mode: s
                  on_point: Callable[[LoadResult, dict], None]
                  ) -> tuple[SpeechTarget, dict, LoadResult]:
     """`lab serve` in `mode` under the plan's points: its target, its /ready answer, and its
-    rows and requests, their shapes prefixed with the mode's (`SERVERS`)."""
+    rows (with the server's serving thread's host work, from /metrics) and requests, their
+    shapes prefixed with the mode's (`SERVERS`)."""
     server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval,
                    mode == "engine-process")
+    marks, rows = [], []
+
+    def point_done(done: LoadResult) -> None:
+        rows.append(_with_host_work(done.rows[-1], marks[-1], _server_clock(server.url)))
+        on_point(_prefixed(replace(done, rows=list(rows)), SERVERS[mode]), ready)
+
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         target = SpeechTarget(f"{server.url}/v1/audio/speech", "", ready["voices"][0], args.format,
                               ready.get("sample_rate", 22050), args.timeout)
-        loaded = asyncio.run(run_load(target, plan, lambda done: on_point(
-            _prefixed(done, SERVERS[mode]), ready)))
+        loaded = asyncio.run(run_load(target, plan, point_done,
+                                      lambda: marks.append(_server_clock(server.url))))
     finally:
         server.stop(timeout_s=60)
     if loaded.unmeasured:
         raise RuntimeError(loaded.unmeasured)
-    return loaded.target, ready, _prefixed(loaded, SERVERS[mode])
+    return loaded.target, ready, _prefixed(replace(loaded, rows=rows), SERVERS[mode])
 
 
 def _prefixed(result: LoadResult, prefix: str) -> LoadResult:

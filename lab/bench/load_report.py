@@ -205,14 +205,15 @@ TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms"
                  "audio_s_per_s", "errors")
 
 
-IN_PROCESS_COLUMNS = ("step_p50_ms", "host_busy", "round_ms")
-"""Columns only a pipeline driven in this process can fill."""
+OPTIONAL_COLUMNS = ("step_p50_ms", "host_busy", "round_ms")
+"""Columns some rows cannot fill: the step only a pipeline driven in this process, the serving
+thread's work only where the benchmark can read it (`lab loadtest` cannot)."""
 
 
 def table_rows(rows: Sequence[PointSummary]) -> list[dict]:
     """Rows for `markdown_table`: errors as one readable cell, and before them each of
-    `IN_PROCESS_COLUMNS` that some row knows."""
-    known = tuple(c for c in IN_PROCESS_COLUMNS if any(getattr(r, c) is not None for r in rows))
+    `OPTIONAL_COLUMNS` that some row knows."""
+    known = tuple(c for c in OPTIONAL_COLUMNS if any(getattr(r, c) is not None for r in rows))
     columns = (*TABLE_COLUMNS[:-1], *known, TABLE_COLUMNS[-1])
     out = []
     for row in rows:

@@ -211,11 +211,13 @@ async def served_model(client: httpx.AsyncClient, url: str) -> str:
 
 
 async def run_load(target: SpeechTarget, plan: LoadPlan,
-                   on_point: Callable[[LoadResult], None] | None = None) -> LoadResult:
+                   on_point: Callable[[LoadResult], None] | None = None,
+                   before_point: Callable[[], None] | None = None) -> LoadResult:
     """Warm up, then every load point in turn on one client. A server that answers none of
     the warm-up requests is not loaded at all: minutes of refused connections say nothing.
     Without a model name, the first one the server lists is asked for. `on_point` gets what
-    was measured so far after each point, for a caller that saves as it goes."""
+    was measured so far after each point, for a caller that saves as it goes;
+    `before_point` is called as each point starts (to read the server's counters)."""
     rows: list[PointSummary] = []
     records: list[RequestRecord] = []
     async with loopback_client(target.timeout_s) as client:
@@ -227,6 +229,8 @@ async def run_load(target: SpeechTarget, plan: LoadPlan,
         if warm and len(errors) == len(warm):
             return LoadResult(target, rows, records, errors)
         for shape, load in plan.points():
+            if before_point is not None:
+                before_point()
             point, wall_s = await run_point(client, target, plan, shape, load)
             rows.append(summarize(point, shape, load, wall_s))
             records += point
