@@ -98,9 +98,9 @@ class EngineProcess:
             self._process.join()
             raise EngineGone(f"the engine process exited while loading (exit code "
                              f"{self._process.exitcode})") from None
-        if kind == "failed":
+        if kind == "failed":  # the child's own error, so a bad preset reads as it would here
             self._process.join()
-            raise RuntimeError(f"the engine process could not load the preset: {payload}")
+            raise payload
         return payload
 
     @property
@@ -209,7 +209,7 @@ def _serve_child(config: PipelineConfig, options: ServeOptions, switch_interval_
     try:
         pipe, options = load_served(config, options, switch_interval_ms)
     except Exception as err:  # noqa: BLE001  reported to the parent, which raises it
-        conn.send(("failed", f"{type(err).__name__}: {err}"))
+        conn.send(("failed", _portable(End(error=err)).error))
         return
     lock = threading.Lock()
     cancels: dict[int, threading.Event] = {}

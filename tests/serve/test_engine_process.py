@@ -25,6 +25,7 @@ from lab.frontend.errors import TextError
 from lab.serve import LabServer, ServeOptions
 from lab.serve.engine_process import EngineProcess
 from lab.serve.errors import EngineGone
+from lab.serve.memory_plan import MemoryPlanError
 from lab.worker import CancelEvent
 from tests.serve.conftest import HOLD, LONG, MODEL, metric, pcm_of, speech
 
@@ -163,3 +164,9 @@ def test_a_child_whose_parent_dies_exits_by_itself(tmp_path):
     assert until(lambda: not psutil.pid_exists(child)
                  or psutil.Process(child).status() == psutil.STATUS_ZOMBIE, 30), \
         "the engine process outlived its parent"
+
+
+def test_a_preset_the_child_cannot_load_fails_with_its_own_error():
+    """A config the memory plan refuses raises here what `lab serve` raises in one process."""
+    with pytest.raises(MemoryPlanError, match="cannot fit 100000 slots"):
+        EngineProcess(load_preset(MODEL), ServeOptions(slots=100_000))
