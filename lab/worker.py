@@ -89,16 +89,16 @@ Sink = Callable[[list[tuple[Any, Any]]], None]
 
 class _SinkQueue:
     """A job's output queue that notes each item in the worker's outbox under the job's key;
-    the outbox hands a round's items to each sink at once (`_Outbox`)."""
+    the outbox hands a round's items to each sink at once (`Outbox`)."""
 
-    def __init__(self, sink: Sink, key: Any, outbox: _Outbox) -> None:
+    def __init__(self, sink: Sink, key: Any, outbox: Outbox) -> None:
         self.sink, self.key, self._outbox = sink, key, outbox
 
     def put(self, item: Any) -> None:
         self._outbox.add(self.sink, self.key, item)
 
 
-class _Outbox:
+class Outbox:
     """What the worker produced for sinks during one round over its streams, handed to each
     sink in one call at the round's end.
 
@@ -248,7 +248,7 @@ class Worker:
         self._inbox: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._outbox = _Outbox()
+        self._outbox = Outbox()
         self._early: list = []  # a job taken while lingering, served before the inbox's
         self._rounds, self._busy_s = 0, 0.0
 

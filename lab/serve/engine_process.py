@@ -39,7 +39,7 @@ from lab.models.backend import EngineQueue, Family
 from lab.serve.errors import EngineGone
 from lab.serve.options import ServeOptions
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock, load_served
-from lab.worker import CancelEvent, End, LoopSink, WorkerLoad, ended, loop_sink
+from lab.worker import CancelEvent, End, LoopSink, Outbox, WorkerLoad, ended, loop_sink
 
 STATE_EVERY_S = 0.25
 
@@ -165,16 +165,17 @@ class EngineProcess:
         self._fail_all()
 
     def _deliver(self, pairs: list[tuple[int, Any]]) -> None:
-        by_sink: dict[LoopSink, list[tuple[asyncio.Queue, Any]]] = {}
+        """A round's items to their readers' queues, gathered per event loop as the worker
+        gathers them (`Outbox`), so each loop wakes once."""
+        outbox = Outbox()
         for key, item in pairs:
             entry = self._queues.get(key)
             if entry is None:  # its reader left; the child has been told to stop it
                 continue
             if isinstance(item, End):
                 self._queues.pop(key, None)
-            by_sink.setdefault(entry[0], []).append((entry[1], item))
-        for sink, items in by_sink.items():
-            sink(items)
+            outbox.add(*entry, item)
+        outbox.flush()
 
     def _fail_all(self) -> None:
         self._process.join(timeout=5)
