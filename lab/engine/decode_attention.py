@@ -12,6 +12,9 @@ few rows to fill the GPU: each split keeps a running max, sum and weighted value
 splits are merged afterwards. The query heads that share a KV head are computed together, so
 each K/V row is read once per step. Scores and sums are fp32.
 
+K/V stored in fp8 (`kv_dtype`) are read as fp8, half the bytes: a key's scale multiplies its
+scores and a value's scale the softmax weights that take it, so no dequantized copy is made.
+
 `decode_attention` is a custom op, so a compiled decode step calls the kernel instead of
 tracing into it. `check_decode_attention` runs it against `reference` on a probe before an
 engine relies on it.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from lab.engine.kv_dtype import SCALE_DTYPE, is_scaled, load, store
 from lab.quant.triton_site import tl, triton
 
 BLOCK_N = 64
@@ -30,16 +34,18 @@ TARGET_PROGRAMS = 264  # two per streaming multiprocessor of an H100: enough to 
 if triton is not None:
 
     @triton.jit
-    def _split_attend(q_ptr, k_ptr, v_ptr, len_ptr, m_ptr, l_ptr, acc_ptr, out_ptr,
-                      sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n,
+    def _split_attend(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, len_ptr, m_ptr, l_ptr, acc_ptr,
+                      out_ptr, sq_b, sq_h, sq_g, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, ss_b, ss_h,
                       scale, n_splits,
                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                       BLOCK: tl.constexpr, BLOCKS: tl.constexpr, IEEE: tl.constexpr,
-                      FINAL: tl.constexpr):
+                      FINAL: tl.constexpr, SCALED: tl.constexpr):
         """One program per (row, KV head, split of `BLOCKS` blocks of keys): the split's
         softmax statistics and weighted values over its keys below the row's length. A block
         past the length is skipped, so a short row reads only its own keys. With `FINAL` (one
-        split) the program writes the attention output itself: nothing is left to merge."""
+        split) the program writes the attention output itself: nothing is left to merge. With
+        `SCALED`, K and V are fp8 with one scale per position ([slots, KV heads, positions],
+        strides `ss_b`, `ss_h`, 1)."""
         b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         length = tl.load(len_ptr + b).to(tl.int32)
         g, d = tl.arange(0, GP), tl.arange(0, D)
@@ -50,6 +56,7 @@ if triton is not None:
         acc = tl.zeros([GP, D], tl.float32)
         k_row = k_ptr + b.to(tl.int64) * sk_b + h * sk_h
         v_row = v_ptr + b.to(tl.int64) * sv_b + h * sv_h
+        scales = b.to(tl.int64) * ss_b + h * ss_h
         start = s * BLOCKS * BLOCK
         stop = tl.minimum(start + BLOCKS * BLOCK, length)
         for i in range(BLOCKS):
@@ -58,21 +65,26 @@ if triton is not None:
                 n = n0 + tl.arange(0, BLOCK)
                 inside = n < stop
                 keys = tl.load(k_row + n[:, None] * sk_n + d[None, :], mask=inside[:, None],
-                               other=0.0)
+                               other=0.0).to(q.dtype)
                 if IEEE:
                     scores = tl.dot(q, tl.trans(keys), input_precision="ieee")
                 else:
                     scores = tl.dot(q, tl.trans(keys))
+                if SCALED:
+                    scores = scores * tl.load(ks_ptr + scales + n, mask=inside, other=0.0)[None, :]
                 scores = tl.where(inside[None, :], scores * scale, float("-inf"))
                 m_new = tl.maximum(m_i, tl.max(scores, 1))
                 p = tl.exp(scores - m_new[:, None])
                 alpha = tl.exp(m_i - m_new)
                 values = tl.load(v_row + n[:, None] * sv_n + d[None, :], mask=inside[:, None],
-                                 other=0.0)
+                                 other=0.0).to(q.dtype)
+                weights = p
+                if SCALED:
+                    weights = p * tl.load(vs_ptr + scales + n, mask=inside, other=0.0)[None, :]
                 if IEEE:
-                    weighted = tl.dot(p.to(values.dtype), values, input_precision="ieee")
+                    weighted = tl.dot(weights.to(q.dtype), values, input_precision="ieee")
                 else:
-                    weighted = tl.dot(p.to(values.dtype), values)
+                    weighted = tl.dot(weights.to(q.dtype), values)
                 l_i = l_i * alpha + tl.sum(p, 1)
                 acc = acc * alpha[:, None] + weighted
                 m_i = m_new
@@ -115,8 +127,8 @@ def splits(batch: int, kv_heads: int, n_keys: int) -> tuple[int, int]:
     return -(-n_keys // per_split), per_split
 
 
-def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
-            n_keys: int) -> torch.Tensor:
+def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None,
+            v_scale: torch.Tensor | None, lengths: torch.Tensor, n_keys: int) -> torch.Tensor:
     batch, kv_heads, group, dim = q.shape
     n_splits, per_split = splits(batch, kv_heads, n_keys)
     padded = max(16, triton.next_power_of_2(group))  # tl.dot wants 16 rows at least
@@ -125,12 +137,15 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Te
     stats = torch.empty(2, *parts, dtype=torch.float32, device=q.device)
     acc = stats if final else torch.empty(*parts, dim, dtype=torch.float32, device=q.device)
     out = torch.empty_like(q)
+    scaled = k_scale is not None
+    ks, vs = (k_scale, v_scale) if scaled else (stats, stats)  # placeholders, never read
     _split_attend[(batch, kv_heads, n_splits)](
-        q, k, v, lengths, stats[0], stats[1], acc, out,
+        q, k, v, ks, vs, lengths, stats[0], stats[1], acc, out,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), dim ** -0.5, n_splits,
+        v.stride(0), v.stride(1), v.stride(2), ks.stride(0) if scaled else 0,
+        ks.stride(1) if scaled else 0, dim ** -0.5, n_splits,
         G=group, GP=padded, D=dim, BLOCK=BLOCK_N, BLOCKS=per_split // BLOCK_N,
-        IEEE=q.dtype == torch.float32, FINAL=final)
+        IEEE=q.dtype == torch.float32, FINAL=final, SCALED=scaled)
     if not final:
         _merge_splits[(batch * kv_heads * group,)](
             stats[0], stats[1], acc, out, n_splits, G=group, GP=padded, D=dim,
@@ -140,19 +155,21 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Te
 
 @torch.library.custom_op("lab::decode_attention", mutates_args=())
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
-                     n_keys: int) -> torch.Tensor:
+                     n_keys: int, k_scale: torch.Tensor | None = None,
+                     v_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of one query token per row over its own filled positions.
 
     q [B, KV heads, group, head dim] (the query heads of each KV head together); k, v the
     layer's cache buffers [slots, KV heads, positions, head dim], row b read as slot b;
     lengths [B] the keys row b reads (1..n_keys); n_keys the most any row reads, which
-    sizes the splits. Returns [B, KV heads, group, head dim] in q's dtype.
+    sizes the splits; k_scale, v_scale [slots, KV heads, positions] where K and V are fp8
+    (`kv_dtype`). Returns [B, KV heads, group, head dim] in q's dtype.
     """
-    return _launch(q.contiguous(), k, v, lengths, n_keys)
+    return _launch(q.contiguous(), k, v, k_scale, v_scale, lengths, n_keys)
 
 
 @decode_attention.register_fake
-def _(q, k, v, lengths, n_keys):
+def _(q, k, v, lengths, n_keys, k_scale=None, v_scale=None):
     return q.new_empty(q.shape)  # contiguous, as the kernel's result is
 
 
@@ -165,10 +182,23 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                           attn_mask=keys[:, None, None, :])
 
 
+def stored(x: torch.Tensor, kv_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """K or V [slots, KV heads, positions, head dim] as a cache of `kv_dtype` keeps it: the
+    buffer and its per-position scales (None unless fp8)."""
+    if not is_scaled(kv_dtype):
+        return x.to(kv_dtype), None
+    buffer = torch.empty(x.shape, dtype=kv_dtype, device=x.device)
+    scale = torch.empty(x.shape[:-1], dtype=SCALE_DTYPE, device=x.device)
+    store(buffer, scale, (slice(None),), x)
+    return buffer, scale
+
+
 def check_decode_attention(dtype: torch.dtype, kv_heads: int, group: int, head_dim: int,
-                           device: torch.device) -> str | None:
+                           device: torch.device, kv_dtype: torch.dtype | None = None
+                           ) -> str | None:
     """None when the kernel matches `reference` on a probe of these shapes (rows of very
-    different lengths, one past a split boundary), else why it cannot be used."""
+    different lengths, one past a split boundary; queries in `dtype`, K/V stored in
+    `kv_dtype`, by default the same), else why it cannot be used."""
     if triton is None:
         return "Triton is not installed"
     if head_dim < 16 or head_dim & (head_dim - 1):
@@ -178,11 +208,14 @@ def check_decode_attention(dtype: torch.dtype, kv_heads: int, group: int, head_d
     q, k, v = (torch.randn(*shape, generator=gen).to(device, dtype) for shape in
                ((3, kv_heads, group, head_dim), (4, kv_heads, 320, head_dim),
                 (4, kv_heads, 320, head_dim)))
+    (k, k_scale), (v, v_scale) = (stored(x, kv_dtype or dtype) for x in (k, v))
     try:
-        got = decode_attention(q, k, v, lengths, 320).float()
+        got = decode_attention(q, k, v, lengths, 320, k_scale, v_scale).float()
     except Exception as err:  # noqa: BLE001  any failure to build or run means: do not use it
         return f"the kernel failed: {type(err).__name__}: {err}"
-    want = reference(q.float(), k.float(), v.float(), lengths)
+    keys, values = (load(x, s, slice(None), 320, torch.float32).float()
+                    for x, s in ((k, k_scale), (v, v_scale)))
+    want = reference(q.float(), keys, values, lengths)
     tolerance = 1e-4 if dtype == torch.float32 else 3e-2
     if not torch.allclose(got, want, atol=tolerance, rtol=tolerance):
         return (f"the kernel's output differs from the reference by up to "

@@ -42,7 +42,8 @@ class EngineConfig:
     `kv_dtype` is what the static cache stores K/V in: 'auto' (the model's dtype) or
     'fp8-e4m3' (half the bytes of bf16 plus a scale per head vector, see `kv_dtype`); where
     fp8 cannot run, or the cache is not static, the fallbacks say so. fp8 buys slots or
-    context, not speed: pair it with a compiled `decode_mode`, which fuses its dequantization.
+    context, not speed: the real-length decode attention reads it as stored; elsewhere pair it
+    with a compiled `decode_mode`, which fuses its dequantization.
 
     `mixed_prefill` > 0 lets a decode step carry one prompt chunk of up to that many tokens
     (static cache only; the fallbacks say so otherwise): a request arriving while others

@@ -12,12 +12,13 @@ scale, its largest magnitude over 448 (e4m3's largest value), computed as it is 
   kernels that a CUDA graph can replay;
 - fp32: 4 bytes per `head_dim` bytes (3% at head_dim 128), exact to store and to apply.
 
-A step dequantizes the prefix it reads to the compute dtype before attention. In this unfused
-form fp8 saves memory, not time: the prefix read is written out once more in the compute dtype
-for attention to read. On an H100 (3B shape, 128 rows) a compiled step, which fuses the
-dequantization into one kernel, took 5.9 ms over 128 keys and 30 ms over 2048 (bf16: 4.8 and
-15); a plain CUDA-graph step, which runs it as separate kernels, 13 and 100 ms (bf16: 5.7 and
-15.7). Saving the bandwidth too needs an attention kernel that reads fp8.
+The real-length decode attention (`decode_attention`) reads fp8 K/V as stored and applies
+the scales to its scores and weights. Every other read dequantizes the prefix to the compute
+dtype before attention, which saves memory, not time: the prefix is written out once more in
+the compute dtype for attention to read. On an H100 (3B shape, 128 rows) a compiled step, which
+fuses the dequantization into one kernel, took 5.9 ms over 128 keys and 30 ms over 2048 (bf16:
+4.8 and 15); a plain CUDA-graph step, which runs it as separate kernels, 13 and 100 ms (bf16:
+5.7 and 15.7).
 """
 
 from __future__ import annotations

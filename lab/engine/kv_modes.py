@@ -95,14 +95,10 @@ class StaticSlots(_SlotMode):
 
     def read_real_lengths(self) -> None:
         """Let each decode row read its own filled positions (`decode_attention`) instead of
-        the batch's key bucket, where the kernel runs: on a GPU, over K/V in the model's dtype,
-        after it matched the reference on a probe. Elsewhere the fallbacks say why not; an
-        eager step on a CPU already reads exactly the keys its longest row needs."""
+        the batch's key bucket, where the kernel runs: on a GPU, over K/V in the model's dtype
+        or fp8, after it matched the reference on a probe. Elsewhere the fallbacks say why
+        not; an eager step on a CPU already reads exactly the keys its longest row needs."""
         if self.device.type != "cuda":
-            return
-        if self.cache.k_scale is not None:
-            self._notes.append("fp8 K/V are read as key buckets: the real-length decode "
-                               "attention reads K/V in the model's dtype only")
             return
         why = self.model.read_real_lengths(self.cache.k.dtype)
         if why is not None:

@@ -199,9 +199,8 @@ class Attention(nn.Module):
         return y.reshape(b, nh, t, hd).transpose(1, 2).reshape(b, t, nh * hd)
 
     def _reads_real_lengths(self, t, contiguous, kv) -> bool:
-        """One token per row of slots [0, B) over a static cache in the model's dtype."""
-        return (self.real_lengths and t == 1 and contiguous and isinstance(kv, StaticLayer)
-                and kv.k_scale is None)
+        """One token per row of slots [0, B) over a static cache."""
+        return self.real_lengths and t == 1 and contiguous and isinstance(kv, StaticLayer)
 
     def _attend_real_lengths(self, q, k, v, positions, kv, n_keys):
         """`_attend` for a decode step whose rows are slots [0, B): write K/V, then attend
@@ -211,7 +210,7 @@ class Attention(nn.Module):
         write_kv(kv, k, v, positions, torch.arange(b, device=q.device))
         lengths = torch.where(positions[:, 0] < n_keys, positions[:, 0] + 1, 1)
         q = q.transpose(1, 2).reshape(b, self.n_kv_heads, nh // self.n_kv_heads, hd)
-        y = decode_attention(q, kv.k, kv.v, lengths, n_keys)
+        y = decode_attention(q, kv.k, kv.v, lengths, n_keys, kv.k_scale, kv.v_scale)
         return y.reshape(b, 1, nh * hd)
 
 
@@ -357,9 +356,9 @@ class LM(nn.Module):
         matched the reference on a probe of this model's shapes on its device. Returns why
         not (the attention left as it was), or None when every layer now reads real lengths.
         """
-        cfg = self.cfg
-        why = check_decode_attention(kv_dtype, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads,
-                                     cfg.head_dim, self.embed.weight.device)
+        cfg, weight = self.cfg, self.embed.weight
+        why = check_decode_attention(weight.dtype, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads,
+                                     cfg.head_dim, weight.device, kv_dtype)
         if why is None:
             for layer in self.layers:
                 layer.attn.real_lengths = True

@@ -15,8 +15,10 @@ from lab.engine.decode_attention import (
     decode_attention,
     reference,
     splits,
+    stored,
 )
 from lab.engine.graphs import GraphedDecoder
+from lab.engine.kv_dtype import FP8, load
 from lab.engine.llm import LM, LMConfig, call_block
 
 
@@ -48,10 +50,40 @@ def kernel_matches_reference(device: str) -> None:
     assert not odd.layers[0].attn.real_lengths
 
 
+def fp8_kernel_matches_the_dequantized_reference(device: str) -> None:
+    """K/V kept in fp8 with a scale per position, read by the kernel as they are stored: the
+    reference's attention over their dequantized copies, one row split along the keys and
+    several rows; the probe an engine runs accepts fp8 too."""
+    gen = torch.Generator().manual_seed(2)
+    for batch, n_keys in ((1, 200), (4, 130)):
+        lengths = torch.tensor([130, 1, 64, 65][:batch]).clamp(max=n_keys).to(device)
+        q = torch.randn(batch, 2, 3, 16, generator=gen).to(device)
+        (k, k_scale), (v, v_scale) = (
+            stored(torch.randn(batch + 1, 2, n_keys, 16, generator=gen).to(device) * 4, FP8)
+            for _ in range(2))
+        assert k.dtype == FP8 and k_scale.shape == k.shape[:-1]
+        got = decode_attention(q, k, v, lengths, n_keys, k_scale, v_scale)
+        want = reference(q, load(k, k_scale, slice(None), n_keys, q.dtype),
+                         load(v, v_scale, slice(None), n_keys, q.dtype), lengths)
+        # The schema check compares inputs before and after, which a CPU cannot do for fp8;
+        # `kernel_matches_reference` runs it on the same op.
+        torch.library.opcheck(decode_attention, (q, k, v, lengths, n_keys, k_scale, v_scale),
+                              test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        unscaled = decode_attention(q, k, v, lengths, n_keys, None, None)
+        assert not torch.allclose(unscaled, want, atol=1e-2)  # the scales are applied
+    assert check_decode_attention(torch.float32, 2, 3, 16, torch.device(device), FP8) is None
+
+
 def decode_step_matches_the_key_bucket(device: str) -> None:
     """A decode step of a small LM over a static cache, rows at different positions and one at
     the scratch position (padding), with and without carried prompt tokens: the real-length
-    attention gives the key bucket's logits."""
+    attention gives the key bucket's logits, over K/V in the model's dtype and in fp8."""
+    for kv_dtype in (torch.float32, FP8):
+        _decode_step_matches_the_key_bucket(device, kv_dtype)
+
+
+def _decode_step_matches_the_key_bucket(device: str, kv_dtype: torch.dtype) -> None:
     cfg = LMConfig(vocab_size=64, dim=64, n_layers=2, n_heads=4, n_kv_heads=2,
                    intermediate_size=64, max_seq_len=160)
     with torch.random.fork_rng(devices=[]):
@@ -65,11 +97,11 @@ def decode_step_matches_the_key_bucket(device: str) -> None:
     results = []
     for real in (False, True):
         cache = StaticKVCache(cfg.n_layers, 6, 160, cfg.n_kv_heads, cfg.head_dim,
-                              device=device)
+                              dtype=kv_dtype, device=device)
         with torch.inference_mode():
             lm(prompt.to(device), torch.arange(100, device=device).expand(4, -1), cache)
             if real:
-                assert lm.read_real_lengths(torch.float32) is None
+                assert lm.read_real_lengths(kv_dtype) is None
             assert all(layer.attn.real_lengths == real for layer in lm.layers)
             step = lm(tokens, positions, cache.prefix(128))
             mixed = lm.forward_mixed(tokens, positions, cache.prefix(128), *pre)

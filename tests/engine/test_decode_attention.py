@@ -12,6 +12,7 @@ CHECKS = Path(__file__).with_name("decode_attention_checks.py")
 
 
 @pytest.mark.parametrize("check", ["kernel_matches_reference",
+                                   "fp8_kernel_matches_the_dequantized_reference",
                                    "decode_step_matches_the_key_bucket",
                                    "compiled_step_matches_eager",
                                    "compiled_mixed_step_writes_the_cache_in_place"])
