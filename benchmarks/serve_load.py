@@ -238,7 +238,7 @@ def serve(preset: str, overrides: list[str], threads: int, slots: int | None,
     """`lab serve` for the preset on a free loopback port, its threads pinned."""
     args = ["--preset", preset, "--host", "127.0.0.1", "--port", "0", "--queue", str(queue),
             "--switch-interval", f"{switch_interval_ms:g}"]
-    args += ["--engine-process"] if engine_process else []
+    args += ["--engine-process" if engine_process else "--no-engine-process"]
     args += [arg for pair in overrides for arg in ("--set", pair)]
     args += ["--slots", str(slots)] if slots else []
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}

@@ -327,14 +327,14 @@ def cmd_serve(args: argparse.Namespace) -> None:
         if args.switch_interval is not None:
             raise ValueError("--switch-interval sets this process's server; with --replicas, "
                              "each replica's process keeps the server's default")
-        if args.engine_process:
+        if args.engine_process is not None:
             raise ValueError("--engine-process splits one server in two processes; with "
                              "--replicas, each replica serves its own pipeline")
         _serve_replicas(cfg, options, args)
         return
     listener = listen(args.host, args.port)
     _warn_if_exposed(args.host)
-    if args.engine_process:
+    if _engine_process(args.engine_process, cfg):
         pipe = EngineProcess(cfg, options, args.switch_interval)
         options = pipe.options
     else:
@@ -349,6 +349,16 @@ def cmd_serve(args: argparse.Namespace) -> None:
     finally:
         pipe.close()
     print("stopped: the requests in flight have finished")
+
+
+def _engine_process(asked: bool | None, cfg: PipelineConfig) -> bool:
+    """`--engine-process` as asked, else on where the preset runs on CUDA: there the engine's
+    thread is busy most of the wall with host work of its own, and sharing Python's lock with
+    the HTTP thread cost more streams than the pipe does (docs/serving.md); on a CPU the two
+    tie, and one process is simpler."""
+    from lab.device import resolve_device
+
+    return asked if asked is not None else resolve_device(cfg.device).type == "cuda"
 
 
 def _warn_if_exposed(host: str) -> None:
@@ -486,10 +496,11 @@ def _parser() -> argparse.ArgumentParser:
                        help="how long one thread may hold Python's lock while another waits "
                             "for it (default: well under Python's 5 ms, printed at start), so "
                             "the engine's thread never waits long behind the HTTP thread's")
-    serve.add_argument("--engine-process", action="store_true",
+    serve.add_argument("--engine-process", action=argparse.BooleanOptionalAction,
+                       default=None,
                        help="run the pipeline in a process of its own, so the HTTP work does "
-                            "not share Python's lock with the engine's thread (see "
-                            "docs/serving.md)")
+                            "not share Python's lock with the engine's thread (default: on "
+                            "where the preset runs on CUDA; see docs/serving.md)")
     serve.add_argument("--replicas", type=int, default=None,
                        help="serve from N processes behind Ray Serve's proxy on a local Ray "
                             "cluster: one GPU each where the preset runs on CUDA, else a share "

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from lab.cli import _parser, main
+from lab.cli import _config, _engine_process, _parser, main
 from lab.config import load_preset
 from lab.serve.server import SWITCH_INTERVAL_MS, server_pipeline
 from lab.worker import LINGER_S
@@ -38,10 +38,18 @@ def test_serve_listens_on_loopback_by_default():
     (["--switch-interval", "0"], "switch interval 0.0 ms must be > 0"),
     (["--switch-interval", "1", "--replicas", "2"], "each replica's process"),
     (["--engine-process", "--replicas", "2"], "each replica serves its own pipeline"),
+    (["--no-engine-process", "--replicas", "2"], "each replica serves its own pipeline"),
 ])
 def test_bad_options_exit_2_before_loading(argv, words, capsys):
     assert main(["serve", *argv]) == 2
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "expected"), [([], False), (["--engine-process"], True),
+                                                (["--no-engine-process"], False)])
+def test_the_engine_process_is_on_where_asked_and_off_by_default_on_a_cpu(argv, expected):
+    args = _parser().parse_args(["serve", *argv])
+    assert _engine_process(args.engine_process, _config(args)) is expected
 
 
 def test_a_port_in_use_exits_2_before_loading(capsys):
