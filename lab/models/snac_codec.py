@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lab.models.depthwise import shift_depthwise
 from lab.models.snake import fuse_snake
 from lab.quant.compile import EagerOnFailure, compile_note
 from lab.stream.codec_graphs import BATCHES, CodecGraphs, codec_graphs
@@ -117,6 +118,8 @@ class SnacCodec:
         fold_weight_norm(model)
         if compile_mode == "none":  # a compiled decoder fuses the snake itself
             fuse_snake(model)
+        else:  # ... and with it the depthwise convolutions, as sums of shifted slices
+            shift_depthwise(model)
         self.model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
         self.device, self.dtype, self.is_dummy = torch.device(device), dtype, is_dummy
         self.sample_rate = int(model.sampling_rate)
