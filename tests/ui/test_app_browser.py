@@ -99,8 +99,9 @@ def test_presets_beyond_the_old_slider_range_reach_the_pipeline(app, page, tmp_p
     assert "Done" in wait_text(page, "#synth-status", "Done", "⚠️")
 
 
+# Seconds of synthesis even on a fast CPU, so the run is still going when a test cancels it.
 LONG_TEXT = " ".join(f"Sentence number {n} keeps the voice busy for a while longer."
-                     for n in range(1, 16))
+                     for n in range(1, 76))
 
 
 def heard_ms(page: Page) -> float:
