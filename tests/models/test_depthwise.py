@@ -1,12 +1,12 @@
 """SNAC's depthwise convolutions as sums of shifted slices (`lab.models.depthwise`): the same
-output as the convolution, swapped in only where the codec compiles."""
+output as the convolution, swapped in only where the codec compiles for a GPU."""
 
 import pytest
 import torch
 from torch import nn
 
 from lab.models.depthwise import ShiftedDepthwise, shift_depthwise
-from lab.models.snac_codec import SnacCodec, build_snac, levels_from_frames
+from lab.models.snac_codec import SnacCodec, build_snac, levels_from_frames, sums_depthwise
 
 
 @pytest.mark.parametrize(("dilation", "bias", "length"), [(1, True, 1), (3, True, 50),
@@ -34,14 +34,23 @@ def _depthwise_convs(model: nn.Module) -> int:
     return sum(isinstance(m, nn.Conv1d) and m.groups > 1 for m in model.modules())
 
 
-def test_a_compiled_codec_swaps_them_in_and_decodes_the_same_an_eager_one_keeps_them():
-    eager = SnacCodec(build_snac(), noise=False)
-    compiled = SnacCodec(build_snac(), noise=False, compile_mode="default")
-    assert _depthwise_convs(eager.model) == 26 and _depthwise_convs(compiled.model) == 0
+@pytest.mark.parametrize(("mode", "device", "expected"), [
+    ("default", "cuda", True), ("max-autotune", "cuda", True), ("none", "cuda", False),
+    ("default", "cpu", False)])
+def test_only_a_codec_compiled_for_a_gpu_sums_its_depthwise_convolutions(mode, device,
+                                                                           expected):
+    assert sums_depthwise(mode, torch.device(device)) is expected
+
+
+def test_the_swapped_codec_decodes_the_same_and_a_cpu_codec_keeps_its_convolutions():
+    plain = SnacCodec(build_snac(), noise=False, compile_mode="default")
+    assert _depthwise_convs(plain.model) == 26
+    swapped = SnacCodec(build_snac(), noise=False)
+    assert shift_depthwise(swapped.model) == 26 and _depthwise_convs(swapped.model) == 0
     frames = torch.randint(0, 4096, (2, 3, 7), generator=torch.Generator().manual_seed(0))
-    with torch.inference_mode():  # the swapped model run as it is, not compiled: same sound
+    with torch.inference_mode():
         want, got = (codec.model.decode(levels_from_frames(frames))
-                     for codec in (eager, compiled))
+                     for codec in (plain, swapped))
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
