@@ -34,7 +34,7 @@ import torch
 from linear_kernels import captured, median_ms
 from tqdm import tqdm
 
-from lab.bench.report import markdown_table, run_meta, write_json
+from lab.bench.report import markdown_table, run_meta, save_report
 from lab.models.depthwise import shift_depthwise
 from lab.models.snac_codec import (
     FRAME_CODES,
@@ -51,6 +51,19 @@ VARIANTS = ("eager", "compiled, convolutions", "compiled, shifted sums")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 COLUMNS = ["variant", "batch", "frames", "ms", "x_eager", "us_per_frame", "err"]
 Decode = Callable[[torch.Tensor], torch.Tensor]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batches", type=int, nargs="+", default=[8, 32, 128])
+    ap.add_argument("--frames", type=int, nargs="+", default=[5, 8, 12])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--stem", default="codec_windows")
+    return ap.parse_args(argv)
 
 
 def decoder(variant: str, dtype: torch.dtype, device: torch.device) -> Decode:
@@ -119,25 +132,9 @@ def render(report: dict) -> str:
             + "".join(["\n\n## Notes\n"] + [f"\n- {n}" for n in notes] if notes else []))
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batches", type=int, nargs="+", default=[8, 32, 128])
-    ap.add_argument("--frames", type=int, nargs="+", default=[5, 8, 12])
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    ap.add_argument("--dtype", default="fp16", choices=sorted(DTYPES))
-    ap.add_argument("--repeats", type=int, default=50)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
-    ap.add_argument("--stem", default="codec_windows")
-    return ap.parse_args(argv)
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
-    report = run(args)
-    write_json(report, args.out, args.stem)
-    (args.out / f"{args.stem}.md").write_text(render(report))
-    print(render(report))
+    print(save_report(run(args), args.out, args.stem, render))
 
 
 if __name__ == "__main__":

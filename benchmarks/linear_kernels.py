@@ -39,7 +39,7 @@ from engine_ladder import _free, copy_bandwidth
 from torch import nn
 from tqdm import tqdm
 
-from lab.bench.report import markdown_table, run_meta, write_json
+from lab.bench.report import markdown_table, run_meta, save_report
 from lab.engine.llm import LM_SHAPES
 from lab.metrics.repeats import timed_repeats
 from lab.quant import int4_rows, int8_rows, tensor_bytes
@@ -256,9 +256,7 @@ def render(report: dict) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     report = run(args)
-    write_json(report, args.out, args.stem)
-    (args.out / f"{args.stem}.md").write_text(render(report))
-    print(render(report))
+    print(save_report(report, args.out, args.stem, render))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ import transformers
 from engine_ladder import _free, copy_bandwidth, graphed, load_model, repeated, streamed_bytes
 from tqdm import tqdm
 
-from lab.bench.report import markdown_table, run_meta, write_json
+from lab.bench.report import markdown_table, run_meta, save_report
 from lab.engine import generate, hf_generate, to_hf_model
 from lab.engine.graphs import default_key_buckets
 from lab.models.orpheus_format import AudioTokenConstraint, OrpheusError, OrpheusLayout
@@ -264,8 +264,7 @@ def main(argv=None) -> None:
               "copy_bandwidth_gb_s": bandwidth and bandwidth / 1e9,
               "args": {k: str(v) for k, v in vars(args).items() if k not in ("out", "render")},
               "rows": rows}
-    write_json(report, args.out, args.stem)
-    (args.out / f"{args.stem}.md").write_text(render(report))
+    save_report(report, args.out, args.stem, render)
 
 
 def render(report: dict) -> str:

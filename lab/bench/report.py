@@ -19,7 +19,7 @@ import os
 import platform
 import shlex
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,6 +189,15 @@ def write_json(result: dict, out: Path, stem: str) -> None:
     """`<stem>.json` under `out`, the source a `--render` rewrites the markdown from."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(to_json(result) + "\n")
+
+
+def save_report(report: dict, out: Path, stem: str, render: Callable[[dict], str]) -> str:
+    """`<stem>.json` and the markdown `render` makes of it under `out`; returns the markdown
+    (for a script that prints its reports through one function)."""
+    write_json(report, out, stem)
+    markdown = render(report)
+    (out / f"{stem}.md").write_text(markdown)
+    return markdown
 
 
 def _check_stem(stem: str) -> None:
