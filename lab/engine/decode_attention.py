@@ -142,8 +142,7 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale: torch.Te
     _split_attend[(batch, kv_heads, n_splits)](
         q, k, v, ks, vs, lengths, stats[0], stats[1], acc, out,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), ks.stride(0) if scaled else 0,
-        ks.stride(1) if scaled else 0, dim ** -0.5, n_splits,
+        v.stride(0), v.stride(1), v.stride(2), ks.stride(0), ks.stride(1), dim ** -0.5, n_splits,
         G=group, GP=padded, D=dim, BLOCK=BLOCK_N, BLOCKS=per_split // BLOCK_N,
         IEEE=q.dtype == torch.float32, FINAL=final, SCALED=scaled)
     if not final:

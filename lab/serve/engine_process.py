@@ -1,4 +1,4 @@
-"""A server's pipeline in a process of its own (`lab serve --engine-process`).
+"""A server's pipeline in a process of its own (`lab serve` on CUDA, or `--engine-process`).
 
 In one process the pipeline's worker thread and the server's event loop share Python's lock.
 On an H100 at 47 Orpheus-3B arrivals a second, the pipeline alone kept 99.8% of streams in real

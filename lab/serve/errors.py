@@ -51,5 +51,5 @@ def retry_later(status: int, message: str, retry_after_s: int, kind: str, code: 
 
 
 class EngineGone(RuntimeError):
-    """The process that held the pipeline has exited (`lab serve --engine-process`); nothing
+    """The process that held the pipeline has exited (`lab.serve.engine_process`); nothing
     it held can finish, and nothing more can start until the server restarts."""
