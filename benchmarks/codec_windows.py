@@ -9,12 +9,8 @@ Under load that call shares the GPU with the LM's step, so its time is time the 
 Rows, per batch and window length:
 
 - `eager`: the codec as a preset without `compile` runs it (one Triton kernel per snake);
-- `compiled, convolutions`: torch.compile over SNAC as it comes (weight norm folded), its
-  depthwise convolutions left to PyTorch's kernel, as compiled codecs ran before;
-- `compiled, shifted sums`: the depthwise convolutions as sums of shifted slices that the
-  compiler fuses with the snakes (`lab.models.depthwise`), as a compiled preset runs the
-  codec on a GPU (`snac_codec.sums_depthwise`; on a CPU it keeps the convolutions, and this
-  row swaps them anyway to show why).
+- `compiled`: the codec as a preset with `compile` builds it (torch.compile over SNAC, weight
+  norm folded, snakes fused by the compiler).
 
 On a GPU each call is captured in a CUDA graph and timed between CUDA events over its
 replays (median of `--repeats`); on a CPU by wall clock, comparable within the run only.
@@ -35,19 +31,9 @@ from linear_kernels import captured, median_ms
 from tqdm import tqdm
 
 from lab.bench.report import markdown_table, run_meta, save_report
-from lab.models.depthwise import shift_depthwise
-from lab.models.snac_codec import (
-    FRAME_CODES,
-    LEVEL_COLUMNS,
-    SnacCodec,
-    build_snac,
-    fold_weight_norm,
-    levels_from_frames,
-    strip_noise,
-)
-from lab.quant.compile import compiled
+from lab.models.snac_codec import FRAME_CODES, SnacCodec, build_snac
 
-VARIANTS = ("eager", "compiled, convolutions", "compiled, shifted sums")
+VARIANTS = ("eager", "compiled")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 COLUMNS = ["variant", "batch", "frames", "ms", "x_eager", "us_per_frame", "err"]
 Decode = Callable[[torch.Tensor], torch.Tensor]
@@ -68,24 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def decoder(variant: str, dtype: torch.dtype, device: torch.device) -> Decode:
     """frames [B, F, 7] on the device -> audio [B, F * 2048], as `variant` builds the codec."""
-    if variant != "compiled, convolutions":
-        codec = SnacCodec(build_snac(), device=device, dtype=dtype, noise=False,
-                          compile_mode="none" if variant == "eager" else "default")
-        if variant == "compiled, shifted sums":
-            shift_depthwise(codec.model)  # none left to swap where the codec did it itself
-        return codec.decode
-    model = build_snac()
-    strip_noise(model)
-    fold_weight_norm(model)
-    model = model.to(device, dtype).eval().requires_grad_(False)
-    decode = compiled(model.decode, "default", dynamic=True)
-    columns = [torch.tensor(cols, device=device) for cols in LEVEL_COLUMNS]
-
-    def run(frames: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
-            return decode(levels_from_frames(frames, columns))[:, 0].float()
-
-    return run
+    codec = SnacCodec(build_snac(), device=device, dtype=dtype, noise=False,
+                      compile_mode="none" if variant == "eager" else "default")
+    return codec.decode
 
 
 def measure(decode: Decode, frames: torch.Tensor, reference: torch.Tensor, device,

@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lab.models.depthwise import shift_depthwise
 from lab.models.snake import fuse_snake
 from lab.quant.compile import EagerOnFailure, compile_note
 from lab.stream.codec_graphs import BATCHES, CodecGraphs, codec_graphs
@@ -86,16 +85,6 @@ def fold_weight_norm(model: nn.Module) -> None:
             parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
 
 
-def sums_depthwise(compile_mode: str, device: torch.device) -> bool:
-    """Whether the codec computes its depthwise convolutions as sums of shifted slices
-    (`lab.models.depthwise`): compiled on a GPU, where the compiler fuses them with the snakes
-    and PyTorch's own kernel for them is a generic one. Not eagerly (a kernel per tap), and not
-    on a CPU, where oneDNN's depthwise kernel beat the compiled sum at every shape tried
-    (296 against 348 ms for 4 windows of 12 frames, `benchmarks/results/codec_windows_cpu.md`).
-    """
-    return compile_mode != "none" and device.type == "cuda"
-
-
 def _check_frames(frames: torch.Tensor) -> torch.Tensor:
     if frames.dim() != 3 or frames.shape[-1] != FRAME_CODES:
         raise CodecError(f"frames must be [B, F, {FRAME_CODES}]; got {tuple(frames.shape)}")
@@ -128,8 +117,6 @@ class SnacCodec:
         fold_weight_norm(model)
         if compile_mode == "none":  # a compiled decoder fuses the snake itself
             fuse_snake(model)
-        if sums_depthwise(compile_mode, torch.device(device)):
-            shift_depthwise(model)
         self.model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
         self.device, self.dtype, self.is_dummy = torch.device(device), dtype, is_dummy
         self.sample_rate = int(model.sampling_rate)
