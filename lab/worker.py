@@ -9,7 +9,8 @@ stream may yield None to pass its turn (it has no piece yet, and waits on nothin
 runs, such as its timings settling); the caller never sees it. A stream that waits on work
 shared with other streams yields a `lab.turns.Shared` instead: the worker runs that work once
 a round for every stream waiting on it, and leaves the stream alone until it is ready, so a
-round costs one engine step and a flag per waiting stream. If the shared work fails, every
+round costs one engine step and a flag per waiting stream (a stream whose work names who it
+woke is parked and not even asked, see `lab.turns`). If the shared work fails, every
 stream waiting on it gets the error.
 
 A caller that stops listening (a closed browser tab, a dropped connection) cancels its job:
@@ -251,6 +252,9 @@ class Worker:
         self._outbox = Outbox()
         self._early: list = []  # a job taken while lingering, served before the inbox's
         self._rounds, self._busy_s = 0, 0.0
+        # Streams waiting on keyed shared work (`lab.turns`), by that work and then by key:
+        # a round resumes only those the work names, so the others cost it nothing.
+        self._parked: dict[Callable, dict[Any, StreamJob]] = {}
 
     def load(self) -> WorkerLoad:
         """Rounds and busy seconds so far (read from any thread)."""
@@ -350,11 +354,13 @@ class Worker:
             start = time.perf_counter()
             self._admit(active)
             self._run_shared(active)
+            self._unpark_stopped(active)
             active[:] = [job for job in active if self._advance(job)]
+            self._park(active)
             self._outbox.flush()
             self._rounds += 1
             self._busy_s += time.perf_counter() - start
-            if not active and not self._work_arrives():
+            if not active and not self._parked and not self._work_arrives():
                 break
         self._exit()
 
@@ -404,14 +410,48 @@ class Worker:
         for job in active:
             if job.waiting is not None:
                 works.setdefault(job.waiting.advance, job)
+        for advance, parked in self._parked.items():
+            works.setdefault(advance, next(iter(parked.values())))
         for advance, first in works.items():
             _use_threads(first.threads)
             try:
-                advance()
+                news = advance()
             except Exception as err:  # noqa: BLE001  raised inside each waiting stream
+                active += self._parked.pop(advance, {}).values()
                 for job in active:
                     if job.waiting is not None and job.waiting.advance == advance:
                         job.failure = err
+                continue
+            self._wake(advance, news, active)
+
+    def _wake(self, advance: Callable, news, active: list[StreamJob]) -> None:
+        """Move the streams parked on `advance` whose keys it returned back to `active`."""
+        parked = self._parked.get(advance)
+        if not parked:
+            return
+        active += [parked.pop(key) for key in news if key in parked]
+        if not parked:
+            del self._parked[advance]
+
+    def _park(self, active: list[StreamJob]) -> None:
+        """Set aside the streams that wait on keyed shared work and are not ready yet."""
+        keep = []
+        for job in active:
+            waiting = job.waiting
+            if waiting is None or waiting.key is None or waiting.ready():
+                keep.append(job)
+            else:
+                self._parked.setdefault(waiting.advance, {})[waiting.key] = job
+        active[:] = keep
+
+    def _unpark_stopped(self, active: list[StreamJob]) -> None:
+        """Hand the parked streams whose caller stopped listening back to `active`, where
+        `_advance` closes them and frees what they hold."""
+        for advance, parked in list(self._parked.items()):
+            stopped = [key for key, job in parked.items() if job.stopped]
+            active += [parked.pop(key) for key in stopped]
+            if not parked:
+                del self._parked[advance]
 
     def _advance(self, job: StreamJob) -> bool:
         """One piece of one stream; False once the job has ended (finished, failed, cancelled).

@@ -551,3 +551,107 @@ def test_a_failure_of_the_shared_work_reaches_every_stream_waiting_on_it_and_the
         assert worker.call(lambda: "still serving") == "still serving"
     finally:
         worker.close()
+
+
+class _KeyedTicker:
+    """Shared work that names the streams it woke: stream `name` has a piece on each step of
+    `plans[name]`, counted from its start. `asked` counts the calls into any stream's
+    `ready()`: a parked stream is never asked."""
+
+    def __init__(self, plans: dict[str, tuple[int, ...]], fail_at: int | None = None) -> None:
+        self.plans, self.fail_at = plans, fail_at
+        self.steps, self.asked = 0, 0
+        self.starts: dict[str, int] = {}
+
+    def step(self) -> set[str]:
+        if self.steps == self.fail_at:
+            raise RuntimeError("the shared step failed")
+        self.steps += 1
+        return {n for n, base in self.starts.items() if self.steps - base in self.plans[n]}
+
+    def ready(self, name: str, step: int) -> bool:
+        self.asked += 1
+        return self.steps - self.starts[name] >= step
+
+    def stream(self, name: str):
+        def start():
+            self.starts[name] = self.steps
+            for step in self.plans[name]:
+                yield Shared(self.step, lambda step=step: self.ready(name, step), name)
+                yield f"{name}@{self.steps - self.starts[name]}"
+        return start
+
+
+def test_streams_on_keyed_shared_work_wake_when_named_and_are_not_polled_meanwhile():
+    """Streams whose shared work names who it woke get each piece on the step that made it,
+    as polled streams do, while their `ready()` is asked twice per piece (when the stream
+    starts to wait, and when the work names it), never once a round."""
+    plans = {"a": (1, 9), "b": (5,), "c": (3, 12)}
+    owner, ticker = _Echo(), _KeyedTicker(plans)
+    worker = Worker("keyed", owner.run)
+
+    async def read(name: str) -> list:
+        return [item async for item in worker.astream(ticker.stream(name))]
+
+    async def serve() -> list:
+        return await asyncio.gather(*(read(n) for n in plans))
+
+    try:
+        got = dict(zip(plans, asyncio.run(serve()), strict=True))
+    finally:
+        worker.close()
+    assert got == {n: [f"{n}@{step}" for step in at] + [None] for n, at in plans.items()}
+    assert ticker.asked == 2 * sum(len(at) for at in plans.values())
+    assert worker.load().rounds >= ticker.steps == max(ticker.starts[n] + at[-1]
+                                                       for n, at in plans.items())
+
+
+def test_a_parked_stream_whose_caller_stops_is_closed_and_a_failure_reaches_parked_streams():
+    """A stream parked on keyed work ends when its caller cancels (its generator is closed,
+    the others go on), and when the work fails every stream parked on it gets the error."""
+    closed = []
+    plans = {"slow": (10**9,), "ok": (2,)}
+    owner, ticker = _Echo(), _KeyedTicker(plans)
+    worker = Worker("keyed-cancel", owner.run)
+
+    def slow():
+        try:
+            yield from ticker.stream("slow")()
+        finally:
+            closed.append("slow")
+
+    cancel, outcome = threading.Event(), []
+
+    def read_slow() -> None:
+        try:
+            list(worker.stream(slow, cancel))
+        except Cancelled:
+            outcome.append("cancelled")
+
+    try:
+        reader = threading.Thread(target=read_slow)
+        reader.start()
+        assert list(worker.stream(ticker.stream("ok"))) == ["ok@2"]
+        assert "slow" in ticker.starts  # it started before "ok" ended, and waits parked
+        cancel.set()
+        reader.join(timeout=60)
+        assert outcome == ["cancelled"] and worker.call(lambda: list(closed)) == ["slow"]
+
+        failing = _KeyedTicker({"x": (3,), "y": (4,)}, fail_at=2)
+        errors = []
+
+        def read(name: str) -> None:
+            try:
+                list(worker.stream(failing.stream(name)))
+            except RuntimeError as err:
+                errors.append((name, str(err)))
+
+        readers = [threading.Thread(target=read, args=(n,)) for n in "xy"]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            reader.join(timeout=60)
+        assert sorted(errors) == [(n, "the shared step failed") for n in "xy"]
+        assert worker.call(lambda: "still serving") == "still serving"
+    finally:
+        worker.close()

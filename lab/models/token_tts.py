@@ -164,6 +164,11 @@ class TokenTTS:
                 chunks += self.decoder.collect(wait=True)
         return self._record(chunks)
 
+    def step_news(self) -> set[str]:
+        """`step()` for streams that take turns (`lab.turns`): the ids of the utterances it
+        gave audio or their end, the only ones whose `has_news` it can have turned true."""
+        return {chunk.stream_id for chunk in self.step()}
+
     def _gate(self) -> bool | None:
         """Open while every stream past its first chunk holds `admit_lead_s` of audio
         (`StreamingDecoder.min_buffered_s`); None (no gate) when the knob is off."""
@@ -247,7 +252,7 @@ class TokenTTS:
         """
         rid = self.submit(text, voice, sampling, meter)
         utt = self.utterances[rid]
-        turn = Shared(self.step, utt.has_news) if share else None
+        turn = Shared(self.step_news, utt.has_news, rid) if share else None
         try:
             while utt.pending or utt.done is None:
                 if not utt.pending:
