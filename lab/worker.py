@@ -422,14 +422,14 @@ class Worker:
                     if job.waiting is not None and job.waiting.advance == advance:
                         job.failure = err
                 continue
-            self._wake(advance, news, active)
+            self._unpark(advance, news or (), active)
 
-    def _wake(self, advance: Callable, news, active: list[StreamJob]) -> None:
-        """Move the streams parked on `advance` whose keys it returned back to `active`."""
+    def _unpark(self, advance: Callable, keys, active: list[StreamJob]) -> None:
+        """Move the streams parked on `advance` under `keys` back to `active`."""
         parked = self._parked.get(advance)
         if not parked:
             return
-        active += [parked.pop(key) for key in news if key in parked]
+        active += [parked.pop(key) for key in keys if key in parked]
         if not parked:
             del self._parked[advance]
 
@@ -448,10 +448,7 @@ class Worker:
         """Hand the parked streams whose caller stopped listening back to `active`, where
         `_advance` closes them and frees what they hold."""
         for advance, parked in list(self._parked.items()):
-            stopped = [key for key, job in parked.items() if job.stopped]
-            active += [parked.pop(key) for key in stopped]
-            if not parked:
-                del self._parked[advance]
+            self._unpark(advance, [key for key, job in parked.items() if job.stopped], active)
 
     def _advance(self, job: StreamJob) -> bool:
         """One piece of one stream; False once the job has ended (finished, failed, cancelled).
