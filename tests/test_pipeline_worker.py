@@ -480,6 +480,21 @@ def test_a_call_that_fails_on_the_worker_raises_for_its_caller_and_the_worker_go
         worker.close()
 
 
+def _read_all(worker: Worker, starts: dict) -> dict[str, list]:
+    """Every item of each named stream, all read at once on one event loop; then the worker
+    is closed."""
+    async def read(name: str) -> list:
+        return [item async for item in worker.astream(starts[name])]
+
+    async def serve() -> list:
+        return await asyncio.gather(*(read(n) for n in starts))
+
+    try:
+        return dict(zip(starts, asyncio.run(serve()), strict=True))
+    finally:
+        worker.close()
+
+
 class _Ticker:
     """Shared work for bare streams: each call is one step. A stream names the steps, counted
     from its start, on which it has a piece, and notes the step it was resumed on."""
@@ -511,16 +526,7 @@ def test_streams_waiting_on_shared_work_run_it_once_a_round_and_wake_only_when_r
     worker = Worker("shared", owner.run)
     plans = {"a": (1, 4), "b": (2,), "c": (4, 6)}
 
-    async def read(name: str) -> list:
-        return [item async for item in worker.astream(ticker.stream(name, plans[name], resumed))]
-
-    async def serve() -> list:
-        return await asyncio.gather(*(read(n) for n in plans))
-
-    try:
-        got = dict(zip(plans, asyncio.run(serve()), strict=True))
-    finally:
-        worker.close()
+    got = _read_all(worker, {n: ticker.stream(n, at, resumed) for n, at in plans.items()})
     assert got == {n: [f"{n}@{step}" for step in at] + [None] for n, at in plans.items()}
     assert sorted(resumed) == sorted((n, step) for n, at in plans.items() for step in at)
     assert ticker.steps == max(ticker.starts[n] + at[-1] for n, at in plans.items())
@@ -533,24 +539,31 @@ def test_a_failure_of_the_shared_work_reaches_every_stream_waiting_on_it_and_the
     error (none hangs, none is silently dropped), and the worker serves the next job."""
     owner, ticker, resumed = _Echo(), _Ticker(fail_at=2), []
     worker = Worker("shared-failure", owner.run)
+    try:
+        failures = _failures(worker, {n: ticker.stream(n, (1, 3), resumed) for n in "ab"})
+        assert failures == [(n, "the shared step failed") for n in "ab"]
+        assert worker.call(lambda: "still serving") == "still serving"
+    finally:
+        worker.close()
+
+
+def _failures(worker: Worker, starts: dict) -> list[tuple[str, str]]:
+    """Read each named stream on a thread of its own, all at once; (name, message) of each
+    that ended with a RuntimeError, sorted."""
     failures = []
 
     def read(name: str) -> None:
         try:
-            list(worker.stream(ticker.stream(name, (1, 3), resumed)))
+            list(worker.stream(starts[name]))
         except RuntimeError as err:
             failures.append((name, str(err)))
 
-    try:
-        readers = [threading.Thread(target=read, args=(n,)) for n in "ab"]
-        for reader in readers:
-            reader.start()
-        for reader in readers:
-            reader.join(timeout=60)
-        assert sorted(failures) == [(n, "the shared step failed") for n in "ab"]
-        assert worker.call(lambda: "still serving") == "still serving"
-    finally:
-        worker.close()
+    readers = [threading.Thread(target=read, args=(n,)) for n in starts]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(timeout=60)
+    return sorted(failures)
 
 
 class _KeyedTicker:
@@ -590,16 +603,7 @@ def test_streams_on_keyed_shared_work_wake_when_named_and_are_not_polled_meanwhi
     owner, ticker = _Echo(), _KeyedTicker(plans)
     worker = Worker("keyed", owner.run)
 
-    async def read(name: str) -> list:
-        return [item async for item in worker.astream(ticker.stream(name))]
-
-    async def serve() -> list:
-        return await asyncio.gather(*(read(n) for n in plans))
-
-    try:
-        got = dict(zip(plans, asyncio.run(serve()), strict=True))
-    finally:
-        worker.close()
+    got = _read_all(worker, {n: ticker.stream(n) for n in plans})
     assert got == {n: [f"{n}@{step}" for step in at] + [None] for n, at in plans.items()}
     assert ticker.asked == 2 * sum(len(at) for at in plans.values())
     assert worker.load().rounds >= ticker.steps == max(ticker.starts[n] + at[-1]
@@ -638,20 +642,8 @@ def test_a_parked_stream_whose_caller_stops_is_closed_and_a_failure_reaches_park
         assert outcome == ["cancelled"] and worker.call(lambda: list(closed)) == ["slow"]
 
         failing = _KeyedTicker({"x": (3,), "y": (4,)}, fail_at=2)
-        errors = []
-
-        def read(name: str) -> None:
-            try:
-                list(worker.stream(failing.stream(name)))
-            except RuntimeError as err:
-                errors.append((name, str(err)))
-
-        readers = [threading.Thread(target=read, args=(n,)) for n in "xy"]
-        for reader in readers:
-            reader.start()
-        for reader in readers:
-            reader.join(timeout=60)
-        assert sorted(errors) == [(n, "the shared step failed") for n in "xy"]
+        errors = _failures(worker, {n: failing.stream(n) for n in "xy"})
+        assert errors == [(n, "the shared step failed") for n in "xy"]
         assert worker.call(lambda: "still serving") == "still serving"
     finally:
         worker.close()
