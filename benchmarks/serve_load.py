@@ -61,6 +61,7 @@ from lab.bench.load_report import (
     over_time,
     summarize,
     table_rows,
+    ttfa_parts,
 )
 from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, draw_texts, run_load
 from lab.bench.playback import Timeline
@@ -292,11 +293,27 @@ def _lock(meta: dict) -> str:
     return f"; Python's lock changes hands every {interval:g} ms at most in both"
 
 
-def timelines(result: dict, width_s: float = SLICE_S) -> list[str]:
+def ttfa_split(records: list[RequestRecord]) -> list[str]:
+    """Each served point's time to first audio split by the server's `Server-Timing`
+    (`lab.bench.load_report.ttfa_parts`); nothing for files from before the server sent it."""
+    rows = ttfa_parts(records)
+    if not rows:
+        return []
+    return ["", "## Where the time to first audio went", "",
+            "Per served point, 'p50 / p95 / max' ms over the requests that got audio. `queue`: "
+            "waiting for one of the server's slots; `first-audio`: from the slot to the first "
+            "chunk in the server's process; `engine`: the pipeline's share of that, from the "
+            "request reaching it to its first chunk (in an engine process, the rest is the pipe "
+            "between the two); `outside`: the client's TTFA less `queue` and `first-audio`, "
+            "spent before the server read the request or on the first bytes' way back.", "",
+            markdown_table(rows)]
+
+
+def timelines(records: list[RequestRecord], width_s: float = SLICE_S) -> list[str]:
     """Per open-loop point, its requests by arrival slice (`lab.bench.load_report.over_time`):
     whether a tail came from one burst of arrivals or from the whole point."""
     parts = []
-    points = open_points([RequestRecord(**r) for r in result.get("requests", [])])
+    points = open_points(records)
     for (shape, load), records in points.items():
         rows = [{"arrived_s": f"{w.start_s:g}-{w.start_s + width_s:g}",
                  **{k: v for k, v in asdict(w).items() if k != "start_s"}}
@@ -313,9 +330,10 @@ def timelines(result: dict, width_s: float = SLICE_S) -> list[str]:
 
 def write(result: dict, out: Path, stem: str) -> None:
     write_json(result, out, stem)
+    records = [RequestRecord(**r) for r in result.get("requests", [])]
     parts = [f"# Serving under load ({result['meta'].get('device', '')})", *header(result), "",
              markdown_table(result["table"]), "\n\n".join(result.get("notes", [])),
-             *timelines(result)]
+             *ttfa_split(records), *timelines(records)]
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
 
 

@@ -43,6 +43,10 @@ class RequestRecord:
     step_ms: float | None = None
     """The median decode step this request took part in: known for a pipeline driven in the
     benchmark's own process (an autoregressive family), not over HTTP."""
+    server_ms: dict[str, float] | None = None
+    """The server's own split of this request's time to first audio, in ms by name, from its
+    `Server-Timing` header (the lab's server: `queue`, `first-audio`, `engine`); None where the
+    server sent none."""
 
     @property
     def realtime(self) -> bool:
@@ -162,6 +166,40 @@ def over_time(records: Sequence[RequestRecord], width_s: float) -> list[Window]:
             realtime_fraction=round(sum(r.realtime for r in here) / len(here), 3)
             if here else 0.0))
     return windows
+
+
+OUTSIDE = "outside"
+"""The part of a request's time to first audio its server did not see: the client's TTFA less
+the server's `queue` and `first-audio` (sending the request, the server's accept and parse, the
+first bytes' way back, and any lag of the load generator)."""
+
+
+def ttfa_parts(records: Sequence[RequestRecord]) -> list[dict]:
+    """Per load point whose server split its time to first audio (`RequestRecord.server_ms`):
+    TTFA and each part as 'p50 / p95 / max' ms over the requests that got audio, so a tail
+    shows where it waited: for a slot, in the engine, or outside the server. Empty when no
+    server sent a split."""
+    points: dict[tuple[str, float], list[RequestRecord]] = {}
+    for r in records:
+        if r.server_ms and r.error is None and r.ttfa_s is not None:
+            points.setdefault((r.shape, r.load), []).append(r)
+    names = list(dict.fromkeys(name for rs in points.values() for r in rs for name in r.server_ms))
+    rows = []
+    for (shape, load), rs in points.items():
+        parts = {"ttfa": [r.ttfa_s * 1e3 for r in rs], OUTSIDE: [
+            r.ttfa_s * 1e3 - r.server_ms["queue"] - r.server_ms["first-audio"]
+            for r in rs if {"queue", "first-audio"} <= r.server_ms.keys()]}
+        parts |= {name: [r.server_ms[name] for r in rs if name in r.server_ms] for name in names}
+        rows.append({"shape": shape, "load": load, "requests": len(rs),
+                     **{f"{name} ms": _spread(values) for name, values in parts.items()}})
+    return rows
+
+
+def _spread(values: Sequence[float]) -> str:
+    if not values:
+        return ""
+    p50, p95 = (percentile(values, q) for q in (50, 95))
+    return f"{p50:.0f} / {p95:.0f} / {max(values):.0f}"
 
 
 def summarize(records: Sequence[RequestRecord], shape: str, load: float,

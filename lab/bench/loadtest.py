@@ -37,6 +37,7 @@ from lab.bench.load_report import (
     RequestRecord,
     summarize,
     table_rows,
+    ttfa_parts,
     write_html,
     write_json,
 )
@@ -47,6 +48,7 @@ from lab.bench.speech_stream import FORMATS, StreamFailed, audio_counter
 SPEECH_PATH = "/v1/audio/speech"
 MODELS_PATH = "/v1/models"
 SAMPLE_RATE_HEADER = "x-sample-rate"
+SERVER_TIMING_HEADER = "server-timing"
 
 
 class LoadTestError(RuntimeError):
@@ -109,13 +111,15 @@ def _error_kind(err: Exception) -> str:
 
 
 async def _read(client: httpx.AsyncClient, target: SpeechTarget, text: str,
-                timeline: Timeline) -> str | None:
-    """Stream one response into `timeline`; the error kind for a status other than 200.
-    PCM's rate is the server's `X-Sample-Rate` header where it sends one."""
+                timeline: Timeline, server: dict[str, float]) -> str | None:
+    """Stream one response into `timeline`, and its `Server-Timing` into `server`; the error
+    kind for a status other than 200. PCM's rate is the server's `X-Sample-Rate` header where
+    it sends one."""
     async with client.stream("POST", target.url, json=target.body(text)) as response:
         if response.status_code != 200:
             await response.aread()
             return f"http_{response.status_code}"
+        server.update(server_timing(response.headers.get(SERVER_TIMING_HEADER, "")))
         rate = int(response.headers.get(SAMPLE_RATE_HEADER, target.sample_rate))
         counter = audio_counter(target.format, rate)
         async for data in response.aiter_bytes():
@@ -127,9 +131,10 @@ async def speak(client: httpx.AsyncClient, target: SpeechTarget, text: str, due:
                 shape: str, load: float, origin: float) -> RequestRecord:
     """One request, timed from `due`; a failure becomes an error kind, never an exception,
     and the audio that arrived before it still counts."""
-    sent, timeline = time.perf_counter(), Timeline()
+    sent, timeline, server = time.perf_counter(), Timeline(), {}
     try:
-        error = await asyncio.wait_for(_read(client, target, text, timeline), target.timeout_s)
+        error = await asyncio.wait_for(_read(client, target, text, timeline, server),
+                                       target.timeout_s)
     except (httpx.HTTPError, asyncio.TimeoutError, ValueError) as err:
         error = _error_kind(err)
     if error is None and not timeline.times:
@@ -138,7 +143,23 @@ async def speak(client: httpx.AsyncClient, target: SpeechTarget, text: str, due:
         shape=shape, load=load, chars=len(text), due_s=round(due - origin, 4),
         lag_s=sent - due, ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
         audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
-        margin_s=timeline.margin_s(), error=error)
+        margin_s=timeline.margin_s(), error=error, server_ms=server or None)
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """The durations of a `Server-Timing` header in ms by name (`name;dur=12.5, ...`);
+    entries without a readable duration are skipped."""
+    parts = {}
+    for entry in header.split(","):
+        name, *params = (p.strip() for p in entry.split(";"))
+        for param in params:
+            key, _, value = param.partition("=")
+            if name and key.strip() == "dur":
+                try:
+                    parts[name] = float(value.strip().strip('"'))
+                except ValueError:
+                    continue
+    return parts
 
 
 def draw_texts(sets: tuple[str, ...], count: int, seed: int) -> list[str]:
@@ -340,6 +361,10 @@ def run(args: argparse.Namespace) -> int:
     write_json(json_path, meta, result.rows, result.records)
     write_html(html_path, result.rows, f"Load test of {target.url}", result.records)
     print(markdown_table(table_rows(result.rows)))
+    split = ttfa_parts(result.records)
+    if split:
+        print("\nTime to first audio by the server's Server-Timing (p50 / p95 / max ms):")
+        print(markdown_table(split))
     print(f"wrote {json_path} and {html_path}")
     return 0 if result.got_audio else 1
 

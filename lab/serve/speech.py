@@ -14,6 +14,12 @@ reports as an incomplete response rather than a short file.
 
 However a request ends (done, failed, client gone, deadline), its stream is closed, which
 cancels the job on the worker, and its slot is released.
+
+The response's `Server-Timing` header splits the time to first audio as the server saw it:
+`queue`, waiting for a slot; `first-audio`, from the slot to the first chunk in this process;
+`engine`, the pipeline's share of that, from the request reaching it to its first chunk (in an
+engine process, the rest is the pipe between the two). What a client measured beyond their sum
+was spent before the server read the request, or on the way back.
 """
 
 from __future__ import annotations
@@ -118,6 +124,7 @@ async def respond(served: Served, body: SpeechRequest, request: Request) -> Resp
     deadline = Deadline(served.deadline_s)
     served.offer.vet(body)
     slot = await served.admission.enter(deadline)
+    admitted = time.monotonic()
     run = None
     try:
         if await request.is_disconnected():
@@ -131,8 +138,19 @@ async def respond(served: Served, body: SpeechRequest, request: Request) -> Resp
             await run.close()
         slot.release()
         raise
-    served.metrics.ttfa.observe(time.monotonic() - deadline.start)
-    return SpeechResponse(served, run, slot, first, body)
+    now = time.monotonic()
+    served.metrics.ttfa.observe(now - deadline.start)
+    timing = {"queue": (admitted - deadline.start) * 1e3, "first-audio": (now - admitted) * 1e3}
+    if isinstance(first, AudioChunk):
+        timing["engine"] = first.elapsed_ms
+    return SpeechResponse(served, run, slot, first, body, timing)
+
+
+def server_timing(parts: dict[str, float]) -> str:
+    """A `Server-Timing` header value (the W3C format browsers and load tools read): the
+    request's time to first audio split into its waits, so a client that measured a slow first
+    chunk can tell the server's queue from the engine from the road in between."""
+    return ", ".join(f"{name};dur={ms:.1f}" for name, ms in parts.items())
 
 
 class SpeechResponse(StreamingResponse):
@@ -140,7 +158,8 @@ class SpeechResponse(StreamingResponse):
     even when the client left before the body generator ever started."""
 
     def __init__(self, served: Served, run: SpeechRun, slot: Slot,
-                 first: AudioChunk | Synthesis, body: SpeechRequest) -> None:
+                 first: AudioChunk | Synthesis, body: SpeechRequest,
+                 timing: dict[str, float]) -> None:
         self.served, self.run, self.slot = served, run, slot
         self.sse = body.stream_format == "sse"
         self.outcome = CLIENT_GONE
@@ -148,7 +167,8 @@ class SpeechResponse(StreamingResponse):
         super().__init__(self._frames(encoder, first),
                          media_type="text/event-stream" if self.sse else encoder.media_type,
                          headers={"Cache-Control": "no-cache",
-                                  "X-Sample-Rate": str(encoder.sample_rate)})
+                                  "X-Sample-Rate": str(encoder.sample_rate),
+                                  "Server-Timing": server_timing(timing)})
 
     async def __call__(self, scope, receive, send) -> None:
         try:

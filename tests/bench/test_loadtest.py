@@ -26,8 +26,9 @@ from lab.bench.load_report import (
     percentile,
     summarize,
     timeline_figure,
+    ttfa_parts,
 )
-from lab.bench.loadtest import main, speech_url
+from lab.bench.loadtest import main, server_timing, speech_url
 from lab.bench.loopback import NotLoopback, is_loopback_host, loopback_url
 from lab.bench.playback import Timeline
 from lab.bench.speech_stream import PcmCounter, SseCounter, WavCounter, audio_counter
@@ -242,6 +243,27 @@ def test_the_middle_half_holds_the_built_up_concurrency_past_ramp_and_drain():
     assert row.ttfa_p95_ms == pytest.approx(2000.0)
 
 
+def test_server_timing_reads_durations_by_name_and_skips_the_rest():
+    header = 'queue;dur=1.5, first-audio;desc="slot to chunk";dur=90, cache;desc=hit, bad;dur=x'
+    assert server_timing(header) == {"queue": 1.5, "first-audio": 90.0}
+    assert server_timing("") == {}
+
+
+def test_ttfa_parts_split_each_point_and_put_the_rest_outside_the_server():
+    timed = [replace(record(ttfa, 0.1), server_ms={"queue": queue, "first-audio": 100.0,
+                                                    "engine": 80.0})
+             for ttfa, queue in [(0.15, 10.0), (0.2, 20.0), (2.5, 2000.0)]]
+    untimed = [replace(record(0.3, 0.1), shape="open", load=4)]
+    failed = [replace(record(None, None, "timeout"), server_ms={"queue": 5.0})]
+    rows = ttfa_parts(timed + untimed + failed)
+    assert len(rows) == 1 and rows[0]["requests"] == 3
+    row = rows[0]
+    assert row["queue ms"] == "20 / 1802 / 2000"
+    assert row["outside ms"] == "80 / 368 / 400"  # 150-110, 200-120, 2500-2100
+    assert row["engine ms"] == "80 / 80 / 80" and row["ttfa ms"].endswith("/ 2500")
+    assert ttfa_parts(untimed) == []
+
+
 def test_over_time_finds_the_burst_behind_a_tail():
     """Two arrivals a second for 6 s, except a burst of ten in [3, 4) whose requests wait
     longer: the slices show the burst's rate, its build-up of streams and its TTFA."""
@@ -340,12 +362,14 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
         assert req["bytes"] == round(req["audio_s"] * 22050) * 2
         assert 1.0 < req["audio_s"] < 10.0 and req["margin_s"] is not None
         assert req["lag_s"] < 0.5
+        assert list(req["server_ms"]) == ["queue", "first-audio", "engine"]
     assert all(0 <= r["realtime_fraction"] <= 1 and r["ttfa_p50_ms"] > 0 for r in rows)
     html = (tmp_path / "run.html").read_text()
     assert "plotly" in html and "TTFA" in html and "<script" in html
     assert "Open-loop points over time" in html and html.count("plotly.js v") == 1
     out = capsys.readouterr().out
     assert "| shape | load |" in out and "ttfa_p95_ms" in out
+    assert "Server-Timing" in out and "| outside ms |" in out
 
 
 def test_wav_and_sse_carry_the_same_audio_as_pcm(voice_server, tmp_path):

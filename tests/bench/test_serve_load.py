@@ -78,6 +78,15 @@ def test_a_second_server_holds_its_pipeline_in_a_process_of_its_own(serve_load, 
     assert all(r["ok"] == r["requests"] > 0 for r in final["rows"][1:])
     assert all(0 < r["host_busy"] <= 1 for r in final["rows"])
     assert final["meta"]["servers"] == ["one-process", "engine-process"]
+    # Each served request brings the server's split of its time to first audio; across the
+    # pipe, the pipeline's own share is less than what the server waited from the slot.
+    served = [r for r in final["requests"] if r["shape"] != "in-process"]
+    assert all(0 < r["server_ms"]["engine"] < r["server_ms"]["first-audio"] for r in served)
+    assert all(r["server_ms"] is None for r in final["requests"] if r["shape"] == "in-process")
+    split = (tmp_path / "s.md").read_text().split("## Where the time to first audio went")[1]
+    split = split.split("## Over time")[0]
+    assert "| closed |" in split and "| engine process open |" in split
+    assert "| in-process |" not in split
     assert "`lab serve --engine-process`" in "\n".join(serve_load.header(final))
 
 

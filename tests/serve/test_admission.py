@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from lab.bench.loadtest import server_timing
 from tests.serve.conftest import HOLD, metric, running, speech
 
 
@@ -64,6 +65,23 @@ def test_a_full_queue_gets_429_with_retry_after(server):
     assert queued[0].status_code == 200 and len(queued[0].content) > 1000
     assert wait_for(lambda: metric(url, "lab_active_slots"), 0) == 0
     assert metric(url, "lab_speech_requests_total", {"status": "429"}) >= 1
+
+
+def test_a_queued_request_says_how_long_it_waited_for_a_slot(server):
+    url = server.url
+    holder = Listener(url, speech(input=HOLD))
+    queued: list[httpx.Response] = []
+    waiter = threading.Thread(target=lambda: queued.append(
+        httpx.post(f"{url}/v1/audio/speech", json=speech(), timeout=60)))
+    waiter.start()
+    assert wait_for(lambda: metric(url, "lab_queue_depth"), 1) == 1
+    time.sleep(0.3)
+    holder.leave()
+    waiter.join(60)
+    held = server_timing(holder.response.headers["server-timing"])
+    waited = server_timing(queued[0].headers["server-timing"])
+    assert held["queue"] < 50 and waited["queue"] >= 300
+    assert waited["first-audio"] > 0 and waited["engine"] > 0
 
 
 def test_a_disconnect_frees_its_slot(server):

@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 from openai import OpenAI
 
+from lab.bench.loadtest import server_timing
 from tests.serve.conftest import LONG, MODEL, SHORT, pcm_of, running, speech
 
 WAV_HEADER = 44
@@ -56,6 +57,21 @@ def test_pcm_is_the_same_samples_without_a_header(server, reference):
         assert response.headers["x-sample-rate"] == "22050"
         data = response.read()
     np.testing.assert_array_equal(np.frombuffer(data, "<i2"), reference[SHORT])
+
+
+def test_server_timing_splits_the_time_to_first_audio(server):
+    start = time.perf_counter()
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=speech()) as response:
+        assert response.status_code == 200
+        next(response.iter_raw())
+        ttfa_ms = (time.perf_counter() - start) * 1e3
+        parts = server_timing(response.headers["server-timing"])
+    assert list(parts) == ["queue", "first-audio", "engine"]
+    assert 0 <= parts["queue"] < 50, "a free slot was taken at once"
+    # The pipeline's clock starts once the request reaches it, after its slot was taken, and
+    # stops when the chunk leaves its worker, before the server's loop picks it up.
+    assert 0 < parts["engine"] <= parts["first-audio"] + 1
+    assert parts["queue"] + parts["first-audio"] <= ttfa_ms
 
 
 def test_flac_is_whole_and_lossless_at_16_bits(server, reference):
