@@ -30,6 +30,11 @@ from lab.metrics.timers import STEP_STAGE, RequestMeter, shared_stage
 from lab.stream.codec_stream import AudioChunk, Codec, StreamingDecoder, StreamWindow
 from lab.turns import Shared
 
+LIMIT_NOTE = ("an utterance reached its token limit before its end token and was stopped "
+              "there")
+"""Said once however many utterances it happens to: the notes travel with every request's
+result, and a server that kept one per utterance carried thousands of copies into each."""
+
 
 class FormatError(ValueError):
     """An engine or codec that does not fit the family's token format."""
@@ -191,9 +196,8 @@ class TokenTTS:
             self.decoder.push(out.request_id, torch.tensor(frames, dtype=torch.long))
         if out.finished:
             self.decoder.close(out.request_id)
-            if out.finish_reason == "length":
-                self.notes.append(f"an utterance reached its limit of {out.n_generated} tokens "
-                                  "before its end token and was stopped there")
+            if out.finish_reason == "length" and LIMIT_NOTE not in self.notes:
+                self.notes.append(LIMIT_NOTE)
 
     def _record(self, chunks: list[AudioChunk]) -> list[AudioChunk]:
         now = time.perf_counter()

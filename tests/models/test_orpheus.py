@@ -31,7 +31,7 @@ from lab.models.orpheus_format import (
 )
 from lab.models.snac_codec import SnacCodec, build_snac
 from lab.models.token_backend import decode_mode, engine_config, sampling_params
-from lab.models.token_tts import TokenTTS
+from lab.models.token_tts import LIMIT_NOTE, TokenTTS
 from lab.stream.codec_stream import StreamWindow
 from tests.models.conftest import Clock
 
@@ -212,6 +212,17 @@ def test_held_streams_still_speak_once_the_others_are_done():
     assert held_steps > free_steps
     for a, b in zip(free, held, strict=True):
         assert a.size > 0 and a.shape == b.shape and np.allclose(a, b, atol=1e-5)
+
+
+def test_utterances_stopped_at_their_limit_leave_one_note_not_one_each():
+    """Every result carries the notes, so a server that kept one per utterance handed each
+    request thousands of copies, pickled across an engine process's pipe."""
+    tts = tiny_tts()
+    tts.engine.runner.logits_processor.allow_stop = False  # every utterance runs to its limit
+    for n in (2, 3):
+        audio = tts.synthesize(["one"] * n, "tara", SamplingParams(max_tokens=7 * n, seed=1))
+        assert all(a.size == n * tts.codec.frame_samples for a in audio)
+    assert tts.notes == [LIMIT_NOTE]
 
 
 def test_continuous_and_static_batching_make_the_same_audio():
