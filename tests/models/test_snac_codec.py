@@ -124,6 +124,36 @@ def test_every_chunk_costs_one_fixed_window_once_warm(codec):
     assert decoder.decode_calls == len(out[0])
 
 
+class Mark:
+    """The two things the decoder asks of a CUDA event it timed a decode with, on a machine
+    without CUDA: whether the device has passed it, and the ms from a begin mark to an end."""
+
+    def __init__(self, ms: float = 0.0, done: bool = True) -> None:
+        self.ms, self.done = ms, done
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: "Mark") -> float:
+        return end.ms
+
+
+def test_finished_decodes_give_their_time_and_their_events_back_as_chunks_are_collected(codec):
+    """A server never asks for the codec's total, so each collect folds the decodes that have
+    finished into it: the decoder holds the events of the decodes in flight, not of every
+    decode since it started."""
+    decoder = StreamingDecoder(codec)
+    spans = [(Mark(), Mark(ms, done)) for ms, done in [(1.5, True), (2.0, True), (4.0, False),
+                                                       (8.0, True)]]
+    decoder._spans = list(spans)
+    decoder.collect()
+    assert decoder._spans == spans[2:]  # the third still runs; the fourth finishes after it
+    assert decoder.host_decode_ms == 3.5
+    spans[2][1].done = True
+    decoder.collect()
+    assert decoder._spans == [] and decoder.host_decode_ms == 15.5
+
+
 def test_stream_errors_and_empty_streams(codec):
     decoder = StreamingDecoder(codec)
     decoder.open("a")
