@@ -1,5 +1,7 @@
 """The Orpheus family through the same Pipeline API, on a tiny random LM and codec."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +9,7 @@ import torch
 from lab.config import load_preset
 from lab.device import native_bf16
 from lab.frontend import TextError
-from lab.pipeline import Pipeline
+from lab.pipeline import Pipeline, drain
 
 TEXTS = ["First line.", "A second line that is longer.", "Third. With two sentences."]
 
@@ -56,6 +58,38 @@ def test_streaming_yields_chunks_and_returns_the_synthesis(orpheus):
             break
     assert chunks and all(c.sample_rate == 24000 for c in chunks)
     assert len(result.audio) == sum(len(c.audio) for c in chunks)
+
+
+def held(pipe: Pipeline) -> dict[str, int]:
+    """What the pipeline keeps between streams, by what keeps it."""
+    tts = pipe.backend.tts
+    return {"notes": len(pipe.fallbacks), "utterances": len(tts.utterances),
+            "requests": len(tts.engine.requests), "streams": len(tts.decoder.streams),
+            "decodes": len(tts.decoder._pending) + len(tts.decoder._spans),
+            "parked": len(pipe._worker._parked)}
+
+
+def test_what_streams_leave_behind_does_not_grow_with_the_streams_served():
+    """A server runs for days, so once its streams have ended the pipeline holds what it held
+    after the first few, however many it has served since and whatever they ran into (here
+    every one runs to its token limit, which the pipeline notes)."""
+    pipe = Pipeline(load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 21}))
+    constraint = pipe.backend.tts.engine.runner.logits_processor
+    constraint.allow_stop = False
+    constraint._tables.clear()
+
+    def serve_round() -> None:
+        with ThreadPoolExecutor(3) as pool:
+            ends = list(pool.map(lambda text: drain(pipe.stream(text))[1], TEXTS))
+        assert all(len(end.audio) for end in ends)
+
+    serve_round()
+    first = held(pipe)
+    for _ in range(3):
+        serve_round()
+    assert held(pipe) == first
+    assert first["utterances"] == first["requests"] == first["streams"] == first["parked"] == 0
+    pipe.close()
 
 
 def test_bad_text_is_refused_and_the_engine_keeps_working(orpheus):
