@@ -44,7 +44,11 @@ whose `n_launched` is 0).
 
 A processor may declare `vocab_range = (start, stop)`: every token it can ever return lies in
 that span. The runner then narrows the model's output head to it (`LM.narrow_head`), so logits
-column j is token start + j, and the processor must always return a shortlist (token ids)."""
+column j is token start + j, and the processor must always return a shortlist (token ids).
+
+A processor that decides from the requests alone may declare `reads_previous = False`: it is
+then handed None instead of the newest tokens, and the step skips gathering them (a copy and a
+launch, every step)."""
 
 
 class PendingTokens:
@@ -213,8 +217,7 @@ class ModelRunner:
         """
         shortlist = None
         if self.logits_processor is not None:
-            slots = to_device([r.slot for r in requests], torch.long, self.device)
-            edited = self.logits_processor(logits, requests, self.last_token[slots])
+            edited = self.logits_processor(logits, requests, self._previous(requests))
             shortlist = edited if isinstance(edited, Candidates) else None
             if shortlist is None and self.head_range is not None:
                 raise TypeError("a processor that declares vocab_range must return a "
@@ -223,3 +226,9 @@ class ModelRunner:
         tokens = self.sampler(requests, logits, shortlist)
         self.kv.record(requests, tokens)
         return PendingTokens(requests, tokens)
+
+    def _previous(self, requests: list[Request]) -> torch.Tensor | None:
+        """Each request's newest token, for a processor that reads it."""
+        if not getattr(self.logits_processor, "reads_previous", True):
+            return None
+        return self.last_token[to_device([r.slot for r in requests], torch.long, self.device)]

@@ -7,6 +7,9 @@ this one.
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 
 
@@ -23,6 +26,16 @@ def copy_from_host(dst: torch.Tensor, data, dtype: torch.dtype) -> None:
 
 
 def _staged(data, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The host side of a copy: pinned where the copy goes to a GPU, built there directly
-    (pinning a finished tensor would allocate and fill a second one)."""
-    return torch.tensor(data, dtype=dtype, pin_memory=device.type == "cuda")
+    """The host side of a copy: pinned where the copy goes to a GPU, and filled there directly
+    (pinning a finished tensor would allocate and fill a second one). numpy reads a list of
+    Python numbers in about half the time `torch.tensor` takes (a step's 144 rows of sampling
+    settings, timed side by side on a CPU), and a step stages a dozen such lists."""
+    array = np.asarray(data, dtype=_numpy_dtype(dtype))
+    host = torch.empty(array.shape, dtype=dtype, pin_memory=device.type == "cuda")
+    host.numpy()[...] = array
+    return host
+
+
+@functools.cache
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty(0, dtype=dtype).numpy().dtype

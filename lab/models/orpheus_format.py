@@ -227,6 +227,8 @@ class AudioTokenConstraint:
     vocabulary, so sampling touches 4097 entries per row instead of ~157k.
     """
 
+    reads_previous = False  # frame positions follow from `n_launched` alone
+
     def __init__(self, layout: OrpheusLayout = ORPHEUS, allow_stop: bool = True) -> None:
         self.layout, self.allow_stop = layout, allow_stop
         self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -235,7 +237,6 @@ class AudioTokenConstraint:
 
     def __call__(self, logits: torch.Tensor, requests: list[Request],
                  previous: torch.Tensor | None = None) -> Candidates:
-        """Frame positions follow from `n_launched` alone, so `previous` is not needed."""
         ids, allowed = self._tables.get(logits.device) or self._table(logits.device)
         index = to_device([r.n_launched % FRAME_CODES for r in requests], torch.long,
                           logits.device)

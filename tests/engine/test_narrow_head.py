@@ -100,3 +100,29 @@ def test_a_span_declaring_processor_must_return_a_shortlist():
                        logits_processor=Masking(LAYOUT))
     with pytest.raises(TypeError, match="must return a shortlist"):
         engine.generate([[1, 2]], SamplingParams(max_tokens=3))
+
+
+class Watching(AudioTokenConstraint):
+    """The constraint, noting what the runner hands it as each row's newest token."""
+
+    def __init__(self, reads_previous: bool) -> None:
+        super().__init__(LAYOUT)
+        self.reads_previous, self.handed = reads_previous, []
+
+    def __call__(self, logits, requests, previous=None):
+        self.handed.append(None if previous is None else previous.tolist())
+        return super().__call__(logits, requests, previous)
+
+
+def test_a_processor_that_reads_no_previous_token_is_handed_none_and_samples_the_same():
+    prompts, params = [[1, 2, 3], [4, 5]], SamplingParams(temperature=0.8, max_tokens=14, seed=2)
+    runs = {}
+    for reads in (True, False):
+        processor = Watching(reads)
+        engine = LLMEngine(tiny_lm(), EngineConfig(n_slots=2, max_len=64),
+                           logits_processor=processor)
+        runs[reads] = engine.generate(prompts, params), processor.handed
+    (tokens, handed), (same, none) = runs[True], runs[False]
+    assert same == tokens and set(map(str, none)) == {"None"}
+    # Read, the first decode step's rows get the tokens their prompts' logits gave.
+    assert handed[1] == [tokens[0][0], tokens[1][0]]
