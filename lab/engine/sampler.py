@@ -33,6 +33,18 @@ class Candidates:
 
     ids: torch.Tensor                   # [B, K] int64, ascending per row
     allowed: torch.Tensor | None = None  # [B, K] bool
+    rows: list[int] | None = None
+    """With `rows`, `ids` and `allowed` are a table [R, K] on the device and row i's shortlist
+    is its row `rows[i]`: a family with a few fixed shortlists (Orpheus: one per position in a
+    frame) names them, and a captured sampling step looks them up itself, where gathering them
+    first would cost the serving thread a copy and two launches every step."""
+
+    def gathered(self) -> Candidates:
+        """The shortlist with a row of ids per batch row (itself when it has them already)."""
+        if self.rows is None:
+            return self
+        index = to_device(self.rows, torch.long, self.ids.device)
+        return Candidates(self.ids[index], None if self.allowed is None else self.allowed[index])
 
 
 @dataclass
@@ -114,6 +126,7 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, seen: torch.Tensor | None
     vocabulary (`LM.narrow_head`); only a shortlist's ids can be mapped to such columns.
     """
     if shortlist is not None:
+        shortlist = shortlist.gathered()
         logits = logits.gather(-1, shortlist.ids - first_id if first_id else shortlist.ids)
         if shortlist.allowed is not None:
             logits = logits.masked_fill(~shortlist.allowed, float("-inf"))

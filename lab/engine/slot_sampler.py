@@ -12,6 +12,9 @@ logits row holds and write their token to the scratch slot, row `n_slots` of `se
 `last_token`, which no request owns. Every kernel works row by row, so a row's token does not
 depend on the bucket or on its neighbours: replay gives the tokens eager sampling gives.
 
+A shortlist named by rows of a table (`Candidates.rows`) reaches the step as one more column of
+the rows' settings, and the step gathers the rows itself.
+
 Captured sampling needs every row to take the fixed-size top-k (`TOPK_CAP`); a batch with a row
 whose top-k is off or larger samples eagerly, and so does a batch past the largest bucket.
 The repetition penalty always runs in the graph: a penalty of 1 divides or multiplies by one,
@@ -29,20 +32,26 @@ from lab.engine.sampler import Candidates, SamplingBatch, fixed_topk, sample, se
 from lab.engine.slots import smallest_bucket
 from lab.engine.transfer import copy_from_host, to_device
 
-PADDING = [0.0, 1.0, 1.0, 1.0, 0.0]
-"""Settings of a padding row: greedy, top-k 1 (so the fixed-size top-k holds), no penalty."""
+PADDING = [0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+"""Settings of a padding row: greedy, top-k 1 (so the fixed-size top-k holds), no penalty, and
+a table's first row for a shortlist."""
+TABLE_ROW = 6
+"""The column of `_Buffers.rows` that holds a row's shortlist's row of its table."""
 
 
 @dataclass
 class _Buffers:
     """What a captured step reads and writes, sized for the largest bucket. Column 0 of `rows`
-    is the slot, the rest are `settings_rows`' columns."""
+    is the slot, then `settings_rows`' columns, then the row of a shortlist's table. A
+    shortlist given per row is copied into `ids` and `allowed`; one named by rows of a table
+    (`Candidates.rows`) is read from `table`, which stays where it is."""
 
-    rows: torch.Tensor            # [B, 6] float64
+    rows: torch.Tensor            # [B, 7] float64
     logits: torch.Tensor          # [B, V]
     ids: torch.Tensor | None      # [B, K] int64, a shortlist's token ids
     allowed: torch.Tensor | None  # [B, K] bool
     tokens: torch.Tensor          # [B] int64
+    table: Candidates | None = None
 
 
 class SlotSampler:
@@ -75,8 +84,8 @@ class SlotSampler:
 
     @property
     def captured(self) -> list[tuple]:
-        """(batch bucket, logits width, shortlist width or 0, logits dtype) of every graph so
-        far."""
+        """(batch bucket, logits width, shortlist width or 0, logits dtype, the address of a
+        shortlist's table or 0) of every graph so far."""
         return sorted(self._graphs)
 
     @torch.inference_mode()
@@ -99,6 +108,7 @@ class SlotSampler:
 
     def _eager(self, requests: list[Request], logits: torch.Tensor,
                shortlist: Candidates | None) -> torch.Tensor:
+        shortlist = None if shortlist is None else shortlist.gathered()
         slots = to_device([r.slot for r in requests], torch.long, self.device)
         seen = None
         if any(r.sampling.repetition_penalty != 1.0 for r in requests):
@@ -122,15 +132,18 @@ class SlotSampler:
         """Fill the bucket's buffers, then replay its graph (capturing it on first use)."""
         n = len(requests)
         bucket = smallest_bucket(self.buckets, n, "batch")
+        table = shortlist if shortlist is not None and shortlist.rows is not None else None
         key = (logits.shape[-1], 0 if shortlist is None else shortlist.ids.shape[-1],
-               logits.dtype)
-        buffers = self._buffers.get(key) or self._allocate(key)
+               logits.dtype, 0 if table is None else table.ids.data_ptr())
+        buffers = self._buffers.get(key) or self._allocate(key, table)
         graph = self._graph(key, bucket, buffers)
-        rows = [(r.slot, *s) for r, s in zip(requests, settings_rows(requests), strict=True)]
+        table_rows = [0] * n if table is None else table.rows
+        rows = [(r.slot, *s, row) for r, s, row in zip(requests, settings_rows(requests),
+                                                        table_rows, strict=True)]
         copy_from_host(buffers.rows[:bucket], rows + [self._padding_row] * (bucket - n),
                        torch.float64)
         buffers.logits[:n].copy_(logits)
-        if shortlist is not None:
+        if shortlist is not None and table is None:
             buffers.ids[:n].copy_(shortlist.ids)
             if shortlist.allowed is None:
                 buffers.allowed[:n].fill_(True)
@@ -142,28 +155,43 @@ class SlotSampler:
             graph.replay()
         return buffers.tokens[:n]
 
-    def _allocate(self, key: tuple) -> _Buffers:
+    def _allocate(self, key: tuple, table: Candidates | None) -> _Buffers:
         """Buffers whose padding rows hold finite logits (zeros) and a shortlist of the first
-        token the logits cover, so even a narrowed head's padding rows gather in bounds."""
-        b, (vocab, width, dtype), dev = self.buckets[-1], key, self.device
+        token the logits cover (or a table's first row), so even a narrowed head's padding
+        rows gather in bounds."""
+        b, (vocab, width, dtype, _), dev = self.buckets[-1], key, self.device
         rows = torch.tensor([self._padding_row] * b, dtype=torch.float64, device=dev)
-        ids = torch.full((b, width), self.first_id, dtype=torch.long, device=dev) if width else None
-        allowed = torch.ones(b, width, dtype=torch.bool, device=dev) if width else None
-        self._buffers[key] = _Buffers(rows, torch.zeros(b, vocab, dtype=dtype, device=dev), ids,
-                                      allowed, torch.zeros(b, dtype=torch.long, device=dev))
+        own = width and table is None
+        ids = torch.full((b, width), self.first_id, dtype=torch.long, device=dev) if own else None
+        allowed = torch.ones(b, width, dtype=torch.bool, device=dev) if own else None
+        self._buffers[key] = _Buffers(
+            rows, torch.zeros(b, vocab, dtype=dtype, device=dev), ids, allowed,
+            torch.zeros(b, dtype=torch.long, device=dev),
+            None if table is None else Candidates(table.ids, table.allowed))
         return self._buffers[key]
 
     def _step(self, buffers: _Buffers, bucket: int) -> None:
         """What a graph captures: sample rows [0, bucket) and record them in their slots."""
         rows = buffers.rows[:bucket]
         slots = rows[:, 0].long()
-        shortlist = None if buffers.ids is None else Candidates(buffers.ids[:bucket],
-                                                                buffers.allowed[:bucket])
-        tokens = sample(buffers.logits[:bucket], SamplingBatch.from_rows(rows[:, 1:],
+        shortlist = self._shortlist(buffers, bucket)
+        tokens = sample(buffers.logits[:bucket], SamplingBatch.from_rows(rows[:, 1:TABLE_ROW],
                                                                          [True] * bucket),
                         self._seen(slots, shortlist), shortlist, self.first_id)
         self._record(slots, tokens)
         buffers.tokens[:bucket].copy_(tokens)
+
+    @staticmethod
+    def _shortlist(buffers: _Buffers, bucket: int) -> Candidates | None:
+        """The step's shortlist: looked up in a table by each row's table row, or as copied."""
+        table = buffers.table
+        if table is not None:
+            index = buffers.rows[:bucket, TABLE_ROW].long()
+            return Candidates(table.ids[index],
+                              None if table.allowed is None else table.allowed[index])
+        if buffers.ids is None:
+            return None
+        return Candidates(buffers.ids[:bucket], buffers.allowed[:bucket])
 
     def _graph(self, key: tuple, bucket: int,
                buffers: _Buffers) -> torch.cuda.CUDAGraph | None:

@@ -17,7 +17,6 @@ import torch
 
 from lab.engine.request import Request
 from lab.engine.sampler import Candidates
-from lab.engine.transfer import to_device
 from lab.models.snac_codec import FRAME_CODES
 
 VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")
@@ -238,9 +237,7 @@ class AudioTokenConstraint:
     def __call__(self, logits: torch.Tensor, requests: list[Request],
                  previous: torch.Tensor | None = None) -> Candidates:
         ids, allowed = self._tables.get(logits.device) or self._table(logits.device)
-        index = to_device([r.n_launched % FRAME_CODES for r in requests], torch.long,
-                          logits.device)
-        return Candidates(ids[index], allowed[index])
+        return Candidates(ids, allowed, rows=[r.n_launched % FRAME_CODES for r in requests])
 
     def _table(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Each frame position's shortlist, built once: a step only looks its rows up."""

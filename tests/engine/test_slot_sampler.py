@@ -65,6 +65,28 @@ def test_padded_sampling_gives_eager_tokens_and_slot_state(device, shortlisted):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_a_shortlist_named_by_table_rows_gives_the_tokens_of_its_rows_gathered(device):
+    """Rows of a table of shortlists (named on the host, looked up inside the step) sample
+    what the same shortlists sample handed over row by row, eagerly or padded, and the step
+    reads the table where it lies."""
+    eager, static = _samplers(device)
+    eager_named, _ = _samplers(device)  # each keeps its own slots' seen tokens
+    generator = torch.Generator().manual_seed(4)
+    table = _shortlist(5, generator, device)
+    for slots in ([0, 1, 2], [5], [3, 4, 6, 7, 0], [1, 2]):
+        logits = (4 * torch.randn(len(slots), VOCAB, generator=generator)).to(device)
+        named = Candidates(table.ids, table.allowed, rows=[(3 * s + 1) % 5 for s in slots])
+        want = eager(_requests(slots, 1.3), logits, named.gathered()).tolist()
+        assert eager_named(_requests(slots, 1.3), logits, named).tolist() == want
+        assert static(_requests(slots, 1.3), logits, named).tolist() == want
+        gathered = named.gathered()
+        assert all(t in ids[ok].tolist() for t, ids, ok in zip(want, gathered.ids,
+                                                                 gathered.allowed, strict=True))
+    (buffers,) = static._buffers.values()
+    assert buffers.table.ids is table.ids and buffers.ids is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_narrowed_head_pads_with_token_ids_its_logits_cover(device):
     """Logits of a head narrowed to tokens [100, VOCAB): padding rows of a bucket must gather
     inside that span too, or the captured step indexes out of bounds."""
@@ -114,7 +136,7 @@ def test_every_bucket_is_captured_ahead_for_the_shapes_seen(device):
         static(_requests([0, 1, 2], 1.1), logits)
     eager(_requests([0, 1, 2], 1.1), logits)
     static.capture_every_bucket()  # as a warm-up calls it: outside inference mode
-    key = (VOCAB, 0, logits.dtype)
+    key = (VOCAB, 0, logits.dtype, 0)
     assert static.captured == ([(b, *key) for b in BUCKETS] if device == "cuda" else [])
     logits = torch.randn(8, VOCAB, generator=torch.Generator().manual_seed(3)).to(device)
     want = eager(_requests(list(range(8)), 1.1), logits).tolist()

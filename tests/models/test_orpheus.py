@@ -95,18 +95,21 @@ def test_audio_tokens_carry_a_code_at_each_of_seven_positions():
 
 def test_the_constraint_allows_only_the_next_positions_codes_and_stop_at_frame_ends():
     constraint = AudioTokenConstraint(LAYOUT)
-    requests = [Request([1]), Request([1])]
-    requests[1].n_launched = 1
-    shortlist = constraint(torch.zeros(2, LAYOUT.vocab_needed), requests)
+    requests = [Request([1]), Request([1]), Request([1])]
+    requests[1].n_launched, requests[2].n_launched = 1, 7 * 5 + 2
+    named = constraint(torch.zeros(3, LAYOUT.vocab_needed), requests)
+    assert named.rows == [0, 1, 2] and named.ids.shape[0] == 7  # rows of a table, one a position
+    shortlist = named.gathered()
     allowed = [
         set(ids[ok].tolist()) for ids, ok in zip(shortlist.ids, shortlist.allowed, strict=True)
     ]
     start = LAYOUT.audio_offset
     assert allowed[0] == set(range(start, start + 16)) | {LAYOUT.end_of_speech}
     assert allowed[1] == set(range(start + 16, start + 32))
+    assert allowed[2] == set(range(start + 32, start + 48))
     assert torch.equal(shortlist.ids, shortlist.ids.sort(dim=-1).values)  # ascending ids
     no_stop = AudioTokenConstraint(LAYOUT, allow_stop=False)(torch.zeros(1, 400), requests[:1])
-    assert not no_stop.allowed[0, 0]
+    assert not no_stop.gathered().allowed[0, 0]
 
 
 def test_sampling_through_the_shortlist_only_yields_allowed_tokens():
