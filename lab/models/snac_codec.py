@@ -85,6 +85,15 @@ def fold_weight_norm(model: nn.Module) -> None:
             parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
 
 
+def _pinned(frames: torch.Tensor) -> torch.Tensor:
+    """Host codes in pinned memory, for a copy that does not wait for queued device work.
+    Filled into a fresh pinned tensor: `Tensor.pin_memory()` first asks the driver whether the
+    tensor is pinned already, which cost the serving thread more than the copy itself (20
+    against 16 us a call in the host table of `orpheus_streams_h100_profile128.txt`)."""
+    pinned = torch.empty(frames.shape, dtype=torch.long, pin_memory=True)
+    return pinned.copy_(frames)
+
+
 def _check_frames(frames: torch.Tensor) -> torch.Tensor:
     if frames.dim() != 3 or frames.shape[-1] != FRAME_CODES:
         raise CodecError(f"frames must be [B, F, {FRAME_CODES}]; got {tuple(frames.shape)}")
@@ -165,7 +174,7 @@ class SnacCodec:
                 raise CodecError(f"codes must lie in [0, {self.codebook_size}); got "
                                  f"{int(frames.min())}..{int(frames.max())}")
             if self.device.type == "cuda":
-                frames = frames.to(torch.long).pin_memory()
+                frames = _pinned(frames)
         frames = _check_frames(frames.to(self.device, torch.long, non_blocking=True))
         return self._decode_codes(frames) if self.graphs is None else self.graphs(frames)
 
