@@ -49,14 +49,12 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from tqdm import tqdm
 
-from lab.bench.arrivals import open_loop, poisson_arrivals
+from lab.bench.in_process import one_in_process, open_in_process, thread_clock
 from lab.bench.load_report import (
     SLICE_S,
     PointSummary,
     RequestRecord,
-    median,
     open_points,
     over_time,
     summarize,
@@ -64,12 +62,11 @@ from lab.bench.load_report import (
     ttfa_parts,
 )
 from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, draw_texts, run_load
-from lab.bench.playback import Timeline
 from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
 from lab.config import PipelineConfig, load_preset, parse_overrides
 from lab.metrics.repeats import pinned_threads
 from lab.models.registry import family
-from lab.pipeline import AudioChunk, Pipeline
+from lab.pipeline import Pipeline
 from lab.serve.child import ServeProcess
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock
 
@@ -99,25 +96,18 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     """
     pipe = Pipeline(cfg)
     try:
-        before = _thread_clock(pipe)
+        before = thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
         alone = _with_host_work(summarize(records, "in-process", 1, wall_s), before,
-                                _thread_clock(pipe))
+                                thread_clock(pipe))
         open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
     finally:
         pipe.close()
     return [alone, *open_rows], records + open_records
 
 
-def _thread_clock(pipe: Pipeline) -> tuple[int, float, float]:
-    """The pipeline's serving thread so far: its rounds, its busy seconds, and the seconds of
-    them it waited for the device's tokens (none for a family without an engine)."""
-    load, queue = pipe.worker_load(), pipe.engine_queue()
-    return load.rounds, load.busy_s, 0.0 if queue is None else queue.device_wait_s
-
-
 def _server_clock(url: str) -> tuple[int, float, float]:
-    """`_thread_clock` of a server's pipeline, read from its /metrics (a server whose pipeline
+    """`thread_clock` of a server's pipeline, read from its /metrics (a server whose pipeline
     runs in another process reports it four times a second, so a reading may lag 0.25 s)."""
     text = httpx.get(f"{url}/metrics", trust_env=False, timeout=10).text
     values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
@@ -129,7 +119,7 @@ def _server_clock(url: str) -> tuple[int, float, float]:
 def _with_host_work(row: PointSummary, before: tuple[int, float, float],
                     after: tuple[int, float, float]) -> PointSummary:
     """The row with the serving thread's host work between two clock readings
-    (`_thread_clock`, `_server_clock`) as a share of the point's wall time, and its mean
+    (`thread_clock`, `_server_clock`) as a share of the point's wall time, and its mean
     round. The thread books a round once it has handed out the round's audio, a moment after
     the point's clock may have stopped, so a thread busy throughout can read a hair over the
     wall time: the share is capped at 1."""
@@ -169,7 +159,7 @@ def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord],
         for text in draw_texts(plan.texts, plan.requests, plan.seed):
             if time.perf_counter() >= start + plan.duration_s:
                 break
-            records.append(await _one_in_process(pipe, text, time.perf_counter(), "in-process",
+            records.append(await one_in_process(pipe, text, time.perf_counter(), "in-process",
                                                  1, start))
         return records
 
@@ -183,55 +173,12 @@ def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape
     """Each of `rates` as an open-loop point against the pipeline, its rows marked `shape`."""
     rows, records = [], []
     for rate in rates:
-        before = _thread_clock(pipe)
-        point, wall_s = _open_in_process(pipe, plan, rate, shape)
+        before = thread_clock(pipe)
+        point, wall_s = open_in_process(pipe, plan, rate, shape)
         rows.append(_with_host_work(summarize(point, shape, rate, wall_s), before,
-                                    _thread_clock(pipe)))
+                                    thread_clock(pipe)))
         records += point
     return rows, records
-
-
-def _open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float, shape: str
-                     ) -> tuple[list[RequestRecord], float]:
-    """One open-loop point against the pipeline: the load generator's arrivals and sentences,
-    every request read on one event loop, as the server reads them."""
-    offsets = poisson_arrivals(rate, plan.requests, plan.duration_s, plan.seed)
-    texts = iter(draw_texts(plan.texts, plan.requests, plan.seed))
-    records: list[RequestRecord] = []
-    origin = time.perf_counter()
-    bar = tqdm(total=len(offsets), desc=f"{shape} {rate:g}", unit="req")
-
-    async def send(due: float) -> None:
-        records.append(await _one_in_process(pipe, next(texts), due, shape, rate, origin))
-        bar.update(1)
-
-    asyncio.run(open_loop(offsets, send))
-    bar.close()
-    return records, time.perf_counter() - origin
-
-
-async def _one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
-                          load: float, origin: float) -> RequestRecord:
-    """One request to the pipeline, timed from `due` as the load generator times one over
-    HTTP (`origin`: the point's start, from which `due_s` counts)."""
-    timeline, error, steps = Timeline(), None, []
-    started = time.perf_counter()
-    try:
-        async for item in pipe.astream(text):
-            if isinstance(item, AudioChunk):
-                timeline.add(time.perf_counter(), len(item.audio) / item.sample_rate,
-                             2 * len(item.audio))
-            else:
-                steps = item.metrics.step_ms
-    except Exception as err:  # a failed request is a row's error count, as over HTTP
-        error = type(err).__name__
-    return RequestRecord(
-        shape=shape, load=load, chars=len(text), due_s=round(due - origin, 4),
-        lag_s=started - due,
-        ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
-        audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
-        margin_s=timeline.margin_s(), error=error,
-        step_ms=median(steps))
 
 
 def serve(preset: str, overrides: list[str], threads: int, slots: int | None,

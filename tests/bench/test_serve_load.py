@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import benchmark_module
 
+from lab.bench.in_process import open_in_process
 from lab.bench.load_report import summarize, table_rows
 from lab.bench.loadtest import LoadPlan
 from lab.config import load_preset
@@ -23,7 +24,7 @@ def test_in_process_arrivals_keep_their_times_so_the_middle_half_is_measured(ser
                     seed=0, warmup=0)
     pipe = Pipeline(load_preset("cpu-default"))
     try:
-        records, wall_s = serve_load._open_in_process(pipe, plan, 3.0, "in-process open")
+        records, wall_s = open_in_process(pipe, plan, 3.0, "in-process open")
     finally:
         pipe.close()
     dues = [r.due_s for r in records]
