@@ -30,10 +30,13 @@ from lab.metrics.timers import STEP_STAGE, RequestMeter, shared_stage
 from lab.stream.codec_stream import AudioChunk, Codec, StreamingDecoder, StreamWindow
 from lab.turns import Shared
 
-LIMIT_NOTE = ("an utterance reached its token limit before its end token and was stopped "
-              "there")
-"""Said once however many utterances it happens to: the notes travel with every request's
-result, and a server that kept one per utterance carried thousands of copies into each."""
+
+def limit_note(tokens: int) -> str:
+    """What an utterance stopped at its limit of `tokens` leaves in the notes: once per limit
+    however many utterances reach it, since the notes travel with every request's result and
+    a server that kept one per utterance carried thousands of copies into each."""
+    return (f"an utterance reached its limit of {tokens} tokens before its end token and was "
+            "stopped there")
 
 
 class FormatError(ValueError):
@@ -196,8 +199,9 @@ class TokenTTS:
             self.decoder.push(out.request_id, torch.tensor(frames, dtype=torch.long))
         if out.finished:
             self.decoder.close(out.request_id)
-            if out.finish_reason == "length" and LIMIT_NOTE not in self.notes:
-                self.notes.append(LIMIT_NOTE)
+            note = limit_note(out.n_generated)
+            if out.finish_reason == "length" and note not in self.notes:
+                self.notes.append(note)
 
     def _record(self, chunks: list[AudioChunk]) -> list[AudioChunk]:
         now = time.perf_counter()

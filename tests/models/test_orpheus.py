@@ -31,7 +31,7 @@ from lab.models.orpheus_format import (
 )
 from lab.models.snac_codec import SnacCodec, build_snac
 from lab.models.token_backend import decode_mode, engine_config, sampling_params
-from lab.models.token_tts import LIMIT_NOTE, TokenTTS
+from lab.models.token_tts import TokenTTS, limit_note
 from lab.stream.codec_stream import StreamWindow
 from tests.models.conftest import Clock
 
@@ -222,10 +222,10 @@ def test_utterances_stopped_at_their_limit_leave_one_note_not_one_each():
     request thousands of copies, pickled across an engine process's pipe."""
     tts = tiny_tts()
     tts.engine.runner.logits_processor.allow_stop = False  # every utterance runs to its limit
-    for n in (2, 3):
-        audio = tts.synthesize(["one"] * n, "tara", SamplingParams(max_tokens=7 * n, seed=1))
+    for n in (2, 3, 2):
+        audio = tts.synthesize(["one"] * 3, "tara", SamplingParams(max_tokens=7 * n, seed=1))
         assert all(a.size == n * tts.codec.frame_samples for a in audio)
-    assert tts.notes == [LIMIT_NOTE]
+    assert tts.notes == [limit_note(14), limit_note(21)]
 
 
 def test_continuous_and_static_batching_make_the_same_audio():
