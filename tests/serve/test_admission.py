@@ -47,39 +47,43 @@ class Listener:
         self.client.close()
 
 
+class Queued:
+    """A request waiting in the queue behind a `Listener` that holds the only slot; `answer`
+    once the listener has left."""
+
+    def __init__(self, url: str) -> None:
+        self.holder = Listener(url, speech(input=HOLD))
+        self._answers: list[httpx.Response] = []
+        self._waiter = threading.Thread(target=lambda: self._answers.append(
+            httpx.post(f"{url}/v1/audio/speech", json=speech(), timeout=60)))
+        self._waiter.start()
+        assert wait_for(lambda: metric(url, "lab_queue_depth"), 1) == 1
+
+    def answer(self) -> httpx.Response:
+        self.holder.leave()
+        self._waiter.join(60)
+        return self._answers[0]
+
+
 def test_a_full_queue_gets_429_with_retry_after(server):
     url = server.url
-    holder = Listener(url, speech(input=HOLD))
-    queued: list[httpx.Response] = []
-    waiter = threading.Thread(target=lambda: queued.append(
-        httpx.post(f"{url}/v1/audio/speech", json=speech(), timeout=60)))
-    waiter.start()
-    assert wait_for(lambda: metric(url, "lab_queue_depth"), 1) == 1
+    queued = Queued(url)
     refused = httpx.post(f"{url}/v1/audio/speech", json=speech(), timeout=60)
     assert refused.status_code == 429
     assert refused.headers["retry-after"] == "1"
     error = refused.json()["error"]
     assert error["type"] == "overloaded_error" and error["code"] == "queue_full"
-    holder.leave()
-    waiter.join(60)
-    assert queued[0].status_code == 200 and len(queued[0].content) > 1000
+    answer = queued.answer()
+    assert answer.status_code == 200 and len(answer.content) > 1000
     assert wait_for(lambda: metric(url, "lab_active_slots"), 0) == 0
     assert metric(url, "lab_speech_requests_total", {"status": "429"}) >= 1
 
 
 def test_a_queued_request_says_how_long_it_waited_for_a_slot(server):
-    url = server.url
-    holder = Listener(url, speech(input=HOLD))
-    queued: list[httpx.Response] = []
-    waiter = threading.Thread(target=lambda: queued.append(
-        httpx.post(f"{url}/v1/audio/speech", json=speech(), timeout=60)))
-    waiter.start()
-    assert wait_for(lambda: metric(url, "lab_queue_depth"), 1) == 1
+    queued = Queued(server.url)
     time.sleep(0.3)
-    holder.leave()
-    waiter.join(60)
-    held = server_timing(holder.response.headers["server-timing"])
-    waited = server_timing(queued[0].headers["server-timing"])
+    waited = server_timing(queued.answer().headers["server-timing"])
+    held = server_timing(queued.holder.response.headers["server-timing"])
     assert held["queue"] < 50 and waited["queue"] >= 300
     assert waited["first-audio"] > 0 and waited["engine"] > 0
 
