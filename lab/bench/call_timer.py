@@ -3,7 +3,8 @@
 A sampling profiler shows a serving thread's stacks but not what a round of it costs per
 function, and a tracing one (cProfile) slows every Python call, so the rounds it measures are
 not the rounds a server runs. This wraps only the methods it is given, for as long as it is
-entered: about half a microsecond a call, on the functions that matter and nowhere else.
+entered: one extra Python call and two clock reads per timed call, on the functions that
+matter and nowhere else.
 Times are inclusive (a method's callees count in it too), so rows do not add up.
 """
 

@@ -199,9 +199,12 @@ class TokenTTS:
             self.decoder.push(out.request_id, torch.tensor(frames, dtype=torch.long))
         if out.finished:
             self.decoder.close(out.request_id)
-            note = limit_note(out.n_generated)
-            if out.finish_reason == "length" and note not in self.notes:
-                self.notes.append(note)
+            if out.finish_reason == "length":
+                self._note(limit_note(out.n_generated))
+
+    def _note(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
 
     def _record(self, chunks: list[AudioChunk]) -> list[AudioChunk]:
         now = time.perf_counter()
