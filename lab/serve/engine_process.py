@@ -15,7 +15,8 @@ They talk over one duplex pipe of pickled tuples:
   `/metrics` and `/ready`.
 
 A round's output crosses in one message, so a hundred streams cost the child one write a round
-and the parent one wake of its event loop. If the child dies, every request in flight fails
+and the parent one wake of its event loop; a thread of the child's own writes it, so the worker
+goes on stepping while the parent reads. If the child dies, every request in flight fails
 with an error that says so, and every later one at once.
 """
 
@@ -25,6 +26,7 @@ import asyncio
 import itertools
 import multiprocessing
 import pickle
+import queue
 import signal
 import sys
 import threading
@@ -237,6 +239,7 @@ def _serve_child(config: PipelineConfig, options: ServeOptions, switch_interval_
     for cancel in list(cancels.values()):  # only a parent that is gone leaves any
         cancel.set()
     pipe.close()
+    sink.close()  # the last requests' items before the word that nothing more comes
     _send_quietly(conn, lock, ("stopped", None))
 
 
@@ -250,17 +253,35 @@ def _report_state(pipe, conn, lock: threading.Lock, stop: threading.Event) -> No
 
 
 class _PipeSink:
-    """The worker's sink in the child: a round's pairs go to the parent in one message."""
+    """The worker's sink in the child: a round's pairs go to the parent in one message.
+
+    A thread of its own writes them, so the worker never waits on the pipe. A round's audio,
+    or a finished request's whole result, can fill the pipe's buffer; the write then waits for
+    the parent's reader, which takes turns at its process's lock with the event loop serving
+    every stream, and the engine would stop stepping for that long. `close` returns once
+    everything handed over has been written."""
 
     def __init__(self, conn, lock: threading.Lock, cancels: dict[int, threading.Event]) -> None:
         self.conn, self.lock, self.cancels = conn, lock, cancels
+        self._out: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write, name="lab-engine-sender",
+                                        daemon=True)
+        self._writer.start()
 
     def __call__(self, pairs: list[tuple[int, Any]]) -> None:
         for i, (key, item) in enumerate(pairs):
             if isinstance(item, End):
                 self.cancels.pop(key, None)
                 pairs[i] = (key, _portable(item))
-        _send_quietly(self.conn, self.lock, ("items", pairs))
+        self._out.put(("items", pairs))
+
+    def _write(self) -> None:
+        while (message := self._out.get()) is not None:
+            _send_quietly(self.conn, self.lock, message)
+
+    def close(self) -> None:
+        self._out.put(None)
+        self._writer.join()
 
 
 def _send_quietly(conn, lock: threading.Lock, message: tuple) -> None:

@@ -8,10 +8,12 @@ that dies fails its requests with a clear error instead of leaving them hanging.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -23,7 +25,7 @@ from openai import OpenAI
 from lab.config import load_preset
 from lab.frontend.errors import TextError
 from lab.serve import LabServer, ServeOptions
-from lab.serve.engine_process import EngineProcess
+from lab.serve.engine_process import EngineProcess, _PipeSink
 from lab.serve.errors import EngineGone
 from lab.serve.memory_plan import MemoryPlanError
 from lab.worker import CancelEvent
@@ -95,6 +97,22 @@ def test_an_error_in_the_child_arrives_as_its_own_type(child):
         asyncio.run(read())
 
 
+def test_the_childs_sink_hands_rounds_over_without_waiting_for_the_pipe():
+    """Rounds of audio far past what a pipe holds: the worker's calls return while nobody
+    reads, and the parent, once it reads, gets every round in order."""
+    parent, child = multiprocessing.Pipe()
+    sink = _PipeSink(child, threading.Lock(), {})
+    audio = np.zeros(1 << 20, np.float32)  # 4 MB a round
+    worker = threading.Thread(target=lambda: [sink([(i, audio)]) for i in range(3)])
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "the sink waited for the pipe to be read"
+    rounds = [parent.recv() for _ in range(3)]
+    assert [(kind, pairs[0][0]) for kind, pairs in rounds] == [("items", i) for i in range(3)]
+    assert rounds[2][1][0][1].nbytes == audio.nbytes
+    sink.close()
+
+
 def test_a_cancel_stops_the_job_in_the_child(child):
     async def first_then_cancel():
         cancel = CancelEvent()
@@ -146,7 +164,7 @@ PARENT = """
 import os, sys
 from lab.config import load_preset
 from lab.serve import ServeOptions
-from lab.serve.engine_process import EngineProcess
+from lab.serve.engine_process import EngineProcess, _PipeSink
 
 if __name__ == "__main__":
     process = EngineProcess(load_preset("cpu-default"), ServeOptions(slots=1, queue=1))
