@@ -44,6 +44,9 @@ from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock, load_served
 from lab.worker import CancelEvent, End, LoopSink, Outbox, WorkerLoad, ended, loop_sink
 
 STATE_EVERY_S = 0.25
+ROUNDS_UNSENT = 256
+"""Rounds the child's worker may hand over before the parent has read them: about a second
+of rounds of a loaded engine."""
 
 
 @dataclass
@@ -258,12 +261,14 @@ class _PipeSink:
     A thread of its own writes them, so the worker never waits on the pipe. A round's audio,
     or a finished request's whole result, can fill the pipe's buffer; the write then waits for
     the parent's reader, which takes turns at its process's lock with the event loop serving
-    every stream, and the engine would stop stepping for that long. `close` returns once
-    everything handed over has been written."""
+    every stream, and the engine would stop stepping for that long. Past `ROUNDS_UNSENT` rounds
+    not yet written, the worker does wait: a parent that cannot keep up slows the engine rather
+    than growing the child's memory without end. `close` returns once everything handed over
+    has been written."""
 
     def __init__(self, conn, lock: threading.Lock, cancels: dict[int, threading.Event]) -> None:
         self.conn, self.lock, self.cancels = conn, lock, cancels
-        self._out: queue.SimpleQueue = queue.SimpleQueue()
+        self._out: queue.Queue = queue.Queue(ROUNDS_UNSENT)
         self._writer = threading.Thread(target=self._write, name="lab-engine-sender",
                                         daemon=True)
         self._writer.start()
