@@ -53,6 +53,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from lab.bench.in_process import one_in_process, open_in_process, thread_clock
 from lab.bench.load_report import (
     SLICE_S,
+    TTFA_PARTS,
     PointSummary,
     RequestRecord,
     open_points,
@@ -246,25 +247,18 @@ def ttfa_split(records: list[RequestRecord]) -> list[str]:
     rows = ttfa_parts(records)
     if not rows:
         return []
-    return ["", "## Where the time to first audio went", "",
-            "Per served point, 'p50 / p95 / max' ms over the requests that got audio. `queue`: "
-            "waiting for one of the server's slots; `first-audio`: from the slot to the first "
-            "chunk in the server's process; `engine`: the pipeline's share of that, from the "
-            "request reaching it to its first chunk (in an engine process, the rest is the pipe "
-            "between the two); `outside`: the client's TTFA less `queue` and `first-audio`, "
-            "spent before the server read the request or on the first bytes' way back.", "",
-            markdown_table(rows)]
+    return ["", "## Where the time to first audio went", "", f"Per served point, {TTFA_PARTS}",
+            "", markdown_table(rows)]
 
 
 def timelines(records: list[RequestRecord], width_s: float = SLICE_S) -> list[str]:
     """Per open-loop point, its requests by arrival slice (`lab.bench.load_report.over_time`):
     whether a tail came from one burst of arrivals or from the whole point."""
     parts = []
-    points = open_points(records)
-    for (shape, load), records in points.items():
+    for (shape, load), point in open_points(records).items():
         rows = [{"arrived_s": f"{w.start_s:g}-{w.start_s + width_s:g}",
                  **{k: v for k, v in asdict(w).items() if k != "start_s"}}
-                for w in over_time(records, width_s)]
+                for w in over_time(point, width_s)]
         parts += [f"### {shape} {load:g}/s over time", "", markdown_table(rows), ""]
     if not parts:
         return []

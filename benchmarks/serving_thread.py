@@ -21,6 +21,7 @@ A warm-up point at the lowest rate runs first and is not reported. Writes <stem>
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -156,8 +157,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.render:
-        import json
-
         report = json.loads((args.out / f"{args.stem}.json").read_text())
         (args.out / f"{args.stem}.md").write_text(render(report))
         return

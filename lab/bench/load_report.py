@@ -174,6 +174,15 @@ the server's `queue` and `first-audio` (sending the request, the server's accept
 first bytes' way back, and any lag of the load generator)."""
 
 
+TTFA_PARTS = ("'p50 / p95 / max' ms over the requests that got audio. `queue`: waiting for one "
+              "of the server's slots; `first-audio`: from the slot to the first chunk in the "
+              "server's process; `engine`: the pipeline's share of that, from the request "
+              "reaching it to its first chunk (in an engine process, the rest is the pipe between "
+              "the two); `outside`: the client's TTFA less `queue` and `first-audio`, spent before "
+              "the server read the request or on the first bytes' way back.")
+"""What the columns of `ttfa_parts` mean, for every report that prints them."""
+
+
 def ttfa_parts(records: Sequence[RequestRecord]) -> list[dict]:
     """Per load point whose server split its time to first audio (`RequestRecord.server_ms`):
     TTFA and each part as 'p50 / p95 / max' ms over the requests that got audio, so a tail

@@ -121,12 +121,12 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, seen: torch.Tensor | None
            shortlist: Candidates | None = None, first_id: int = 0) -> torch.Tensor:
     """One token id per row of `logits` [B, V].
 
-    `seen` marks tokens to penalise, [B, V] or, with a `shortlist`, [B, K] over its ids.
+    `seen` marks tokens to penalise, [B, V] or, with a `shortlist` (a row of ids per row of
+    `logits`: `Candidates.gathered`), [B, K] over its ids.
     `first_id` is the token of logits column 0, for a head narrowed to a span of the
     vocabulary (`LM.narrow_head`); only a shortlist's ids can be mapped to such columns.
     """
     if shortlist is not None:
-        shortlist = shortlist.gathered()
         logits = logits.gather(-1, shortlist.ids - first_id if first_id else shortlist.ids)
         if shortlist.allowed is not None:
             logits = logits.masked_fill(~shortlist.allowed, float("-inf"))
