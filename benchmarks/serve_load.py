@@ -52,15 +52,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lab.bench.in_process import one_in_process, open_in_process, thread_clock
 from lab.bench.load_report import (
-    SLICE_S,
-    TTFA_PARTS,
     PointSummary,
     RequestRecord,
-    open_points,
-    over_time,
     summarize,
     table_rows,
-    ttfa_parts,
+    timelines,
+    ttfa_split,
 )
 from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, draw_texts, run_load
 from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
@@ -239,34 +236,6 @@ def _lock(meta: dict) -> str:
     """Files from before the knob ran at Python's default, 5 ms."""
     interval = meta.get("switch_interval_ms", 5)
     return f"; Python's lock changes hands every {interval:g} ms at most in both"
-
-
-def ttfa_split(records: list[RequestRecord]) -> list[str]:
-    """Each served point's time to first audio split by the server's `Server-Timing`
-    (`lab.bench.load_report.ttfa_parts`); nothing for files from before the server sent it."""
-    rows = ttfa_parts(records)
-    if not rows:
-        return []
-    return ["", "## Where the time to first audio went", "", f"Per served point, {TTFA_PARTS}",
-            "", markdown_table(rows)]
-
-
-def timelines(records: list[RequestRecord], width_s: float = SLICE_S) -> list[str]:
-    """Per open-loop point, its requests by arrival slice (`lab.bench.load_report.over_time`):
-    whether a tail came from one burst of arrivals or from the whole point."""
-    parts = []
-    for (shape, load), point in open_points(records).items():
-        rows = [{"arrived_s": f"{w.start_s:g}-{w.start_s + width_s:g}",
-                 **{k: v for k, v in asdict(w).items() if k != "start_s"}}
-                for w in over_time(point, width_s)]
-        parts += [f"### {shape} {load:g}/s over time", "", markdown_table(rows), ""]
-    if not parts:
-        return []
-    return ["", f"## Over time: open-loop points by {width_s:g} s of arrivals", "",
-            "Each row holds the requests that arrived in its slice: their arrival rate, the "
-            "streams in flight on average during the slice, their TTFA and the share that "
-            "stayed real time. Poisson arrivals bunch: a slice above the mean rate builds up "
-            "streams, and the TTFA of the slices during and after it rises.", "", *parts]
 
 
 def write(result: dict, out: Path, stem: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.bench.report import to_json
+from lab.bench.report import markdown_table, to_json
 
 SHAPE_AXES = {"closed": "concurrency", "open": "arrivals per second"}
 """The x axis each load shape is swept along."""
@@ -270,14 +270,68 @@ def table_rows(rows: Sequence[PointSummary]) -> list[dict]:
     return out
 
 
+def result_of(meta: dict, rows: Sequence[PointSummary], records: Sequence[RequestRecord]
+              ) -> dict:
+    """What `lab loadtest` saves: its plan, one row per point and every request."""
+    return {"meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
+            "requests": [dataclasses.asdict(r) for r in records]}
+
+
 def write_json(path: Path, meta: dict, rows: Sequence[PointSummary],
                records: Sequence[RequestRecord]) -> None:
-    path.write_text(to_json({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
-                             "requests": [dataclasses.asdict(r) for r in records]}) + "\n")
+    path.write_text(to_json(result_of(meta, rows, records)) + "\n")
 
 
 SLICE_S = 3.0
 """The width of the slices that reports follow open-loop points over time in."""
+
+
+def ttfa_split(records: list[RequestRecord]) -> list[str]:
+    """Each served point's time to first audio split by the server's `Server-Timing`
+    (`ttfa_parts`); nothing for files from before the server sent it."""
+    rows = ttfa_parts(records)
+    if not rows:
+        return []
+    return ["", "## Where the time to first audio went", "", f"Per served point, {TTFA_PARTS}",
+            "", markdown_table(rows)]
+
+
+def timelines(records: list[RequestRecord], width_s: float = SLICE_S) -> list[str]:
+    """Per open-loop point, its requests by arrival slice (`over_time`):
+    whether a tail came from one burst of arrivals or from the whole point."""
+    parts = []
+    for (shape, load), point in open_points(records).items():
+        rows = [{"arrived_s": f"{w.start_s:g}-{w.start_s + width_s:g}",
+                 **{k: v for k, v in dataclasses.asdict(w).items() if k != "start_s"}}
+                for w in over_time(point, width_s)]
+        parts += [f"### {shape} {load:g}/s over time", "", markdown_table(rows), ""]
+    if not parts:
+        return []
+    return ["", f"## Over time: open-loop points by {width_s:g} s of arrivals", "",
+            "Each row holds the requests that arrived in its slice: their arrival rate, the "
+            "streams in flight on average during the slice, their TTFA and the share that "
+            "stayed real time. Poisson arrivals bunch: a slice above the mean rate builds up "
+            "streams, and the TTFA of the slices during and after it rises.", "", *parts]
+
+
+def write_markdown(path: Path, result: dict) -> None:
+    """`lab loadtest`'s report from its JSON alone (`result`), so remarks added to the JSON's
+    `notes` survive a rewrite: the commands, the table, the notes, then where the time to
+    first audio went and each open-loop point over time."""
+    meta = result["meta"]
+    rows = [PointSummary(**r) for r in result["rows"]]
+    records = [RequestRecord(**r) for r in result.get("requests", [])]
+    server = meta.get("server_command")
+    lines = [f"# Load test of {meta.get('url')} ({meta.get('device', '?')})", "",
+             *([f"Server: `{server}`", ""] if server else []),
+             f"Load: `{meta.get('command')}`", "",
+             f"- torch {meta.get('torch', '?')}, Python {meta.get('python', '?')}; "
+             f"{meta.get('date', '')}",
+             f"- Model `{meta.get('model') or '(the server default)'}`, voice "
+             f"`{meta.get('voice')}`, format {meta.get('format')}",
+             "", markdown_table(table_rows(rows)), "", "\n\n".join(result.get("notes", [])),
+             *ttfa_split(records), *timelines(records)]
+    path.write_text("\n".join(lines) + "\n")
 
 
 def write_html(path: Path, rows: Sequence[PointSummary], title: str,

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -36,11 +38,13 @@ from lab.bench.load_report import (
     TTFA_PARTS,
     PointSummary,
     RequestRecord,
+    result_of,
     summarize,
     table_rows,
     ttfa_parts,
     write_html,
     write_json,
+    write_markdown,
 )
 from lab.bench.loopback import loopback_client, loopback_url
 from lab.bench.playback import Timeline
@@ -279,8 +283,9 @@ def _numbers(kind: Callable[[str], float]) -> Callable[[str], tuple]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `lab loadtest`, for the lab's CLI and for `python -m` alike."""
-    parser.add_argument("url", help="the server's base URL (or its speech endpoint); "
-                                    "loopback only, e.g. http://127.0.0.1:8000")
+    parser.add_argument("url", nargs="?", help="the server's base URL (or its speech "
+                                               "endpoint); loopback only, e.g. "
+                                               "http://127.0.0.1:8000")
     parser.add_argument("--concurrency", type=_numbers(int), default=None,
                         help="closed-loop points: requests kept in flight, e.g. 1,2,4,8 "
                              "(default 1,2,4,8 when --rates is not given)")
@@ -312,10 +317,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for a single-speaker voice)")
     parser.add_argument("--out", default="runs/loadtest", help="folder for the reports")
     parser.add_argument("--stem", default="loadtest", help="file name of the reports")
+    parser.add_argument("--render", action="store_true",
+                        help="rewrite <stem>.md from <out>/<stem>.json (with any notes added "
+                             "to it) and send nothing")
 
 
 def plan_of(args: argparse.Namespace) -> tuple[SpeechTarget, LoadPlan]:
     """What to send where, checked before any request: a bad value is a ValueError."""
+    if not args.url:
+        raise ValueError("give the server's URL, e.g. http://127.0.0.1:8000 (only --render "
+                         "works without one)")
     for name in ("requests", "duration", "timeout"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name} {getattr(args, name)} must be > 0")
@@ -343,11 +354,15 @@ def _sentence_sets(text: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """`lab loadtest`: 0 when any request got audio, 1 when none did; bad input raises
-    ValueError (the CLI prints it and exits 2)."""
+    ValueError (the CLI prints it and exits 2). The JSON and the markdown are written before
+    the HTML page, so a missing plotting library loses no numbers."""
     from lab.bench.report import markdown_table, run_meta
 
-    target, plan = plan_of(args)
     out = Path(args.out)
+    paths = {kind: out / f"{args.stem}.{kind}" for kind in ("json", "md", "html")}
+    if args.render:
+        return render(paths["json"], paths["md"])
+    target, plan = plan_of(args)
     out.mkdir(parents=True, exist_ok=True)
     try:
         result = asyncio.run(run_load(target, plan))
@@ -357,17 +372,48 @@ def run(args: argparse.Namespace) -> int:
     if result.unmeasured:
         print(f"error: {result.unmeasured}", file=sys.stderr)
         return 1
-    meta = run_meta(**asdict(result.target), **asdict(plan))
-    json_path, html_path = out / f"{args.stem}.json", out / f"{args.stem}.html"
-    write_json(json_path, meta, result.rows, result.records)
-    write_html(html_path, result.rows, f"Load test of {target.url}", result.records)
+    meta = run_meta(command=command_of(args), **asdict(result.target), **asdict(plan))
+    write_json(paths["json"], meta, result.rows, result.records)
+    write_markdown(paths["md"], result_of(meta, result.rows, result.records))
     print(markdown_table(table_rows(result.rows)))
     split = ttfa_parts(result.records)
     if split:
         print(f"\nTime to first audio by the server's Server-Timing: {TTFA_PARTS}")
         print(markdown_table(split))
-    print(f"wrote {json_path} and {html_path}")
+    write_html(paths["html"], result.rows, f"Load test of {target.url}", result.records)
+    print(f"wrote {paths['json']}, {paths['md']} and {paths['html']}")
     return 0 if result.got_audio else 1
+
+
+COMMAND_OPTIONS = ("concurrency", "rates", "requests", "duration", "timeout", "warmup", "texts",
+                   "seed", "format", "sample_rate", "model", "voice", "stem")
+"""The options a report's command spells out: all that shape the load, none of where it
+was saved."""
+
+
+def command_of(args: argparse.Namespace) -> str:
+    """The run as one `lab loadtest` command with every value it used, defaults included,
+    so the report reruns the same load whoever started it (the CLI, a script or a test)."""
+    def spelled(value: object) -> str:
+        if isinstance(value, (tuple, list)):
+            return ",".join(spelled(v) for v in value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    parts = ["lab", "loadtest", args.url]
+    for name in COMMAND_OPTIONS:
+        value = getattr(args, name)
+        if value not in (None, "", ()):
+            parts += [f"--{name.replace('_', '-')}", spelled(value)]
+    return shlex.join(parts)
+
+
+def render(json_path: Path, md_path: Path) -> int:
+    """`--render`: the markdown again from a saved JSON, with any notes added to it since."""
+    if not json_path.is_file():
+        raise ValueError(f"--render: no report {json_path} to render")
+    write_markdown(md_path, json.loads(json_path.read_text()))
+    print(f"wrote {md_path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

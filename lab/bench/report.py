@@ -44,13 +44,28 @@ def device_name() -> str:
 def command_line(argv: Sequence[str]) -> str:
     """The command as a reader reruns it: without `--out`, whose folder is the machine's where
     it ran, not the repository's (reports are committed under `benchmarks/results`)."""
-    kept, args = [], iter(argv)
+    if not argv:
+        return ""
+    kept, args = program(argv[0]), iter(argv[1:])
     for arg in args:
         if arg == "--out":
             next(args, None)
         elif not arg.startswith("--out="):
             kept.append(arg)
     return shlex.join(kept)
+
+
+def program(arg0: str) -> list[str]:
+    """The program as a reader runs it, not as this machine found it: `python -m lab.cli`
+    sees its own file's absolute path, and the console script its install's `bin/lab`."""
+    path = Path(arg0)
+    package = Path(__file__).resolve().parents[1]
+    if path.name == "lab" and path.parent.name == "bin":
+        return ["lab"]
+    if path.is_absolute() and path.suffix == ".py" and path.resolve().is_relative_to(package):
+        module = ".".join(path.resolve().relative_to(package.parent).with_suffix("").parts)
+        return ["lab"] if module == "lab.cli" else ["python", "-m", module]
+    return [arg0]
 
 
 def run_meta(**extra: object) -> dict:

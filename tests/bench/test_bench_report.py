@@ -58,6 +58,18 @@ def test_the_recorded_command_leaves_out_the_machine_s_output_folder():
     assert command_line(argv) == "bench.py --stem 'a b' --outline"
 
 
+def test_the_recorded_command_names_the_program_as_a_reader_runs_it():
+    """`python -m lab.cli` puts the module's absolute path in argv[0], which names the machine
+    the run was on, not a command anyone can rerun."""
+    import lab.bench.loadtest
+    import lab.cli
+
+    assert command_line([lab.cli.__file__, "loadtest", "URL"]) == "lab loadtest URL"
+    assert command_line([lab.bench.loadtest.__file__, "URL"]) == "python -m lab.bench.loadtest URL"
+    assert command_line(["/opt/env/bin/lab", "serve"]) == "lab serve"
+    assert command_line(["benchmarks/x.py", "--rates", "1"]) == "benchmarks/x.py --rates 1"
+
+
 def test_meta_override_and_bad_input(tmp_path):
     assert run_meta(device="H100")["device"] == "H100"
     with pytest.raises(ValueError, match="plain file name"):

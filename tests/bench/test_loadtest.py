@@ -370,6 +370,30 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| shape | load |" in out and "ttfa_p95_ms" in out
     assert "Server-Timing" in out and "| outside ms |" in out
+    md = (tmp_path / "run.md").read_text()
+    assert md.startswith(f"# Load test of {voice_server.url}/v1/audio/speech")
+    assert (f"Load: `lab loadtest {voice_server.url} --concurrency 1,2 --rates 1.5 --requests 4 "
+            "--duration 60 --timeout 60 --warmup 1 --texts short --seed 0 --format pcm") in md
+    assert "| closed | 2 |" in md and "| outside ms |" in md and "### open 1.5/s over time" in md
+    _a_note_added_to_the_json_survives_a_render(tmp_path, report)
+
+
+def _a_note_added_to_the_json_survives_a_render(tmp_path, report):
+    """`--render` rebuilds the markdown from the JSON alone: no URL, nothing sent."""
+    report["notes"] = ["A remark written after the run."]
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    (tmp_path / "run.md").unlink()
+    assert main(["--render", "--out", str(tmp_path), "--stem", "run"]) == 0
+    md = (tmp_path / "run.md").read_text()
+    assert "A remark written after the run." in md and "| open | 1.50 |" in md
+
+
+def test_render_without_a_report_and_a_run_without_a_url_say_what_is_missing(tmp_path, capsys):
+    assert main(["--render", "--out", str(tmp_path), "--stem", "none"]) == 2
+    assert "no report" in capsys.readouterr().err
+    assert main(["--rates", "1", "--out", str(tmp_path)]) == 2
+    assert "give the server's URL" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_wav_and_sse_carry_the_same_audio_as_pcm(voice_server, tmp_path):
