@@ -65,5 +65,5 @@ async def one_in_process(pipe: Pipeline, text: str, due: float, shape: str,
         lag_s=started - due,
         ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
         audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
-        margin_s=timeline.margin_s(), error=error,
+        margin_s=timeline.margin_s(), tightest_s=timeline.tightest_s(), error=error,
         step_ms=median(steps))

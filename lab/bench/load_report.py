@@ -48,6 +48,11 @@ class RequestRecord:
     `Server-Timing` header (the lab's server: `queue`, `first-audio`, `engine`); None where the
     server sent none."""
 
+    tightest_s: float | None = None
+    """Seconds after its first audio when its player's buffer was smallest, where `margin_s`
+    was measured (`Timeline.tightest_s`): for a stream that ran dry, whether it waited on its
+    second piece or on a slow stretch later; None in files from before it was kept."""
+
     @property
     def realtime(self) -> bool:
         """Audio arrived and playback never ran dry."""
@@ -296,6 +301,41 @@ def ttfa_split(records: list[RequestRecord]) -> list[str]:
             "", markdown_table(rows)]
 
 
+def dry_streams(records: Sequence[RequestRecord]) -> list[dict]:
+    """Per load point with any, the streams whose audio came but whose player ran dry: how far
+    short it fell ('p50 / max' ms) and when (seconds after the first audio, 'min / p50 / max'),
+    so a point's real-time misses read as first pieces too short (early) or as slow stretches
+    of the server (later)."""
+    points: dict[tuple[str, float], list[RequestRecord]] = {}
+    for r in records:
+        if r.error is None and r.margin_s is not None and r.margin_s < 0:
+            points.setdefault((r.shape, r.load), []).append(r)
+    totals = Counter((r.shape, r.load) for r in records)
+    rows = []
+    for (shape, load), dry in points.items():
+        short = [-r.margin_s * 1e3 for r in dry]
+        when = sorted(r.tightest_s for r in dry if r.tightest_s is not None)
+        rows.append({"shape": shape, "load": load, "requests": totals[(shape, load)],
+                     "dry": len(dry),
+                     "short ms": f"{percentile(short, 50):.0f} / {max(short):.0f}",
+                     "when s": f"{when[0]:.2f} / {percentile(when, 50):.2f} / {when[-1]:.2f}"
+                     if when else ""})
+    return rows
+
+
+def dry_lines(records: list[RequestRecord]) -> list[str]:
+    """`dry_streams` as a report section; nothing where every stream kept up."""
+    rows = dry_streams(records)
+    if not rows:
+        return []
+    return ["", "## Streams that ran dry", "",
+            "Per point, the streams whose audio came but whose player ran out of it: `short "
+            "ms`, by how much ('p50 / max'); `when s`, seconds after their first audio "
+            "('min / p50 / max'; empty in files from before it was kept). Early means the "
+            "first piece held too little to cover the wait for the next, later a slow stretch "
+            "of the server.", "", markdown_table(rows)]
+
+
 def timelines(records: list[RequestRecord], width_s: float = SLICE_S) -> list[str]:
     """Per open-loop point, its requests by arrival slice (`over_time`):
     whether a tail came from one burst of arrivals or from the whole point."""
@@ -330,7 +370,7 @@ def write_markdown(path: Path, result: dict) -> None:
              f"- Model `{meta.get('model') or '(the server default)'}`, voice "
              f"`{meta.get('voice')}`, format {meta.get('format')}",
              "", markdown_table(table_rows(rows)), "", "\n\n".join(result.get("notes", [])),
-             *ttfa_split(records), *timelines(records)]
+             *ttfa_split(records), *dry_lines(records), *timelines(records)]
     path.write_text("\n".join(lines) + "\n")
 
 

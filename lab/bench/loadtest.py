@@ -148,7 +148,8 @@ async def speak(client: httpx.AsyncClient, target: SpeechTarget, text: str, due:
         shape=shape, load=load, chars=len(text), due_s=round(due - origin, 4),
         lag_s=sent - due, ttfa_s=timeline.ttfa_s(due), latency_s=time.perf_counter() - due,
         audio_s=timeline.audio_s, bytes=timeline.bytes, reads=timeline.reads,
-        margin_s=timeline.margin_s(), error=error, server_ms=server or None)
+        margin_s=timeline.margin_s(), tightest_s=timeline.tightest_s(), error=error,
+        server_ms=server or None)
 
 
 def server_timing(header: str) -> dict[str, float]:

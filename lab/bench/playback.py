@@ -52,10 +52,24 @@ class Timeline:
         A stream whose audio all came in one piece never runs dry; its margin is that
         piece's length. None without audio.
         """
+        tightest = self._tightest()
+        return None if tightest is None else tightest[0]
+
+    def tightest_s(self) -> float | None:
+        """Seconds after the first audio when that smallest buffer was held: a stream that ran
+        dry waiting for its second piece had too little in its first, one that ran dry later
+        waited on a slow stretch of the server. None for audio in one piece, or none."""
+        tightest = self._tightest()
+        return None if tightest is None else tightest[1]
+
+    def _tightest(self) -> tuple[float, float | None] | None:
+        """(margin, seconds after the first audio at which it was held), or None."""
         if not self.times:
             return None
-        first, held, margin = self.times[0], self.seconds[0], math.inf
-        for at, seconds in zip(self.times[1:], self.seconds[1:], strict=True):
-            margin = min(margin, held - (at - first))
+        first, held = self.times[0], self.seconds[0]
+        margin, at = math.inf, None
+        for arrived, seconds in zip(self.times[1:], self.seconds[1:], strict=True):
+            if held - (arrived - first) < margin:
+                margin, at = held - (arrived - first), arrived - first
             held += seconds
-        return held if margin == math.inf else margin
+        return (held, None) if at is None else (margin, at)

@@ -21,6 +21,7 @@ import soundfile as sf
 from lab.bench.arrivals import closed_loop, open_loop, poisson_arrivals
 from lab.bench.load_report import (
     RequestRecord,
+    dry_streams,
     figure,
     over_time,
     percentile,
@@ -117,6 +118,16 @@ def test_a_late_chunk_is_a_stall_however_long_it_is():
     # one second of audio, then silence until 1.5 s: half a second of stall
     line = timeline((0.0, 1.0), (1.5, 5.0), (1.6, 0.1))
     assert line.margin_s() == pytest.approx(-0.5)
+
+
+def test_the_tightest_moment_says_when_a_stream_ran_dry():
+    # a stall on the second piece (0.2 s held, 0.5 s wait), then the player keeps up
+    line = timeline((0.0, 0.2), (0.5, 1.0), (1.2, 0.5), (1.6, 0.5))
+    assert line.margin_s() == pytest.approx(-0.3) and line.tightest_s() == pytest.approx(0.5)
+    # a late stall after a long first piece
+    line = timeline((0.0, 1.0), (0.5, 0.2), (1.9, 1.0))
+    assert line.margin_s() == pytest.approx(-0.7) and line.tightest_s() == pytest.approx(1.9)
+    assert timeline((2.0, 1.5)).tightest_s() is None and Timeline().tightest_s() is None
 
 
 def test_reads_without_audio_do_not_start_playback():
@@ -264,6 +275,17 @@ def test_ttfa_parts_split_each_point_and_put_the_rest_outside_the_server():
     assert ttfa_parts(untimed) == []
 
 
+def test_dry_streams_say_how_short_and_when_per_point():
+    dry = [replace(record(0.1, -margin), tightest_s=when)
+           for margin, when in [(0.002, 0.05), (0.03, 1.2), (0.01, None)]]
+    kept = [record(0.1, 0.2), replace(record(None, None, "timeout"), margin_s=-1.0)]
+    other = [replace(record(0.1, 0.3), load=8)]
+    (row,) = dry_streams(dry + kept + other)
+    assert (row["requests"], row["dry"]) == (5, 3)
+    assert row["short ms"] == "10 / 30" and row["when s"] == "0.05 / 0.62 / 1.20"
+    assert dry_streams(kept + other) == []
+
+
 def test_over_time_finds_the_burst_behind_a_tail():
     """Two arrivals a second for 6 s, except a burst of ten in [3, 4) whose requests wait
     longer: the slices show the burst's rate, its build-up of streams and its TTFA."""
@@ -363,6 +385,8 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
         assert 1.0 < req["audio_s"] < 10.0 and req["margin_s"] is not None
         assert req["lag_s"] < 0.5
         assert list(req["server_ms"]) == ["queue", "first-audio", "engine"]
+        if req["reads"] > 1:  # pcm: every read carries audio, so the tightest moment is later
+            assert 0 < req["tightest_s"] < req["latency_s"]
     assert all(0 <= r["realtime_fraction"] <= 1 and r["ttfa_p50_ms"] > 0 for r in rows)
     html = (tmp_path / "run.html").read_text()
     assert "plotly" in html and "TTFA" in html and "<script" in html
