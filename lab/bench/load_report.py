@@ -282,9 +282,9 @@ def result_of(meta: dict, rows: Sequence[PointSummary], records: Sequence[Reques
             "requests": [dataclasses.asdict(r) for r in records]}
 
 
-def write_json(path: Path, meta: dict, rows: Sequence[PointSummary],
-               records: Sequence[RequestRecord]) -> None:
-    path.write_text(to_json(result_of(meta, rows, records)) + "\n")
+def write_json(path: Path, result: dict) -> None:
+    """`result_of`'s report as the JSON that `write_markdown` reads back."""
+    path.write_text(to_json(result) + "\n")
 
 
 SLICE_S = 3.0

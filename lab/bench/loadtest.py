@@ -374,8 +374,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {result.unmeasured}", file=sys.stderr)
         return 1
     meta = run_meta(command=command_of(args), **asdict(result.target), **asdict(plan))
-    write_json(paths["json"], meta, result.rows, result.records)
-    write_markdown(paths["md"], result_of(meta, result.rows, result.records))
+    saved = result_of(meta, result.rows, result.records)
+    write_json(paths["json"], saved)
+    write_markdown(paths["md"], saved)
     print(markdown_table(table_rows(result.rows)))
     split = ttfa_parts(result.records)
     if split:

@@ -37,6 +37,7 @@ from lab.bench.load_report import (
     PointSummary,
     RequestRecord,
     figure,
+    result_of,
     table_rows,
     write_html,
     write_json,
@@ -212,7 +213,7 @@ class SweepLog:
         self.records += records
         self.shown.append(table_row(row, busy_percent))
         html_path = self.json_path.with_suffix(".html")
-        write_json(self.json_path, self.meta, self.rows, self.records)
+        write_json(self.json_path, result_of(self.meta, self.rows, self.records))
         write_html(html_path, self.rows, f"Load test of {self.meta['url']}", self.records)
         return [str(self.json_path), str(html_path)]
 
