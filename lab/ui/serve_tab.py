@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gradio as gr
+import pandas as pd
 from pandas.io.formats.style import Styler
 
 from lab.bench.load_report import (
@@ -39,8 +40,10 @@ from lab.bench.load_report import (
     figure,
     result_of,
     table_rows,
+    ttfa_parts,
     write_html,
     write_json,
+    write_markdown,
 )
 from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, run_load
 from lab.bench.report import run_meta
@@ -71,6 +74,10 @@ COLUMNS = {
     "busy": Column("Utilisation %", ONE),
     "errors": Column("Errors"),
 }
+SPLIT_LABEL = ("Where the time to first audio went, from the server's Server-Timing "
+               "('p50 / p95 / max' ms): queue = waiting for a slot, first-audio = slot to "
+               "first chunk, engine = the pipeline's share of that, outside = the rest "
+               "(network, client)")
 
 
 def parse_loads(raw: str, kind: type, what: str) -> tuple:
@@ -212,10 +219,18 @@ class SweepLog:
         self.rows.append(row)
         self.records += records
         self.shown.append(table_row(row, busy_percent))
-        html_path = self.json_path.with_suffix(".html")
-        write_json(self.json_path, result_of(self.meta, self.rows, self.records))
+        html_path, md_path = (self.json_path.with_suffix(kind) for kind in (".html", ".md"))
+        saved = result_of(self.meta, self.rows, self.records)
+        write_json(self.json_path, saved)
+        write_markdown(md_path, saved)
         write_html(html_path, self.rows, f"Load test of {self.meta['url']}", self.records)
-        return [str(self.json_path), str(html_path)]
+        return [str(self.json_path), str(md_path), str(html_path)]
+
+    def split(self) -> pd.DataFrame | None:
+        """Each point's time to first audio split by the server's `Server-Timing`; None
+        against a server that sends none."""
+        rows = ttfa_parts(self.records)
+        return pd.DataFrame(rows) if rows else None
 
 
 def build(ctx: LabContext) -> None:
@@ -258,7 +273,8 @@ def build(ctx: LabContext) -> None:
     load_chart = gr.Plot(elem_id="serve-chart")
     hw_chart = gr.Plot(elem_id="serve-telemetry")
     results = gr.Dataframe(label="Load points", interactive=False, elem_id="serve-table")
-    files = gr.File(label="Report (JSON, plotly HTML; also under the data directory)",
+    split = gr.Dataframe(label=SPLIT_LABEL, interactive=False, elem_id="serve-split")
+    files = gr.File(label="Report (JSON, markdown, plotly HTML; also under the data directory)",
                     file_count="multiple", elem_id="serve-files")
     shown = [status, metrics, calls, curl, python, timer]
     unchanged = [gr.skip()] * (len(shown) - 1)
@@ -331,7 +347,7 @@ def build(ctx: LabContext) -> None:
             return
         total, began = len(plan.points()), time.time()
         log = SweepLog.under(ctx.data_dir / "loadtest", speech, plan)
-        yield {results: None, load_chart: None, hw_chart: None, files: None,
+        yield {results: None, split: None, load_chart: None, hw_chart: None, files: None,
                sweep_status: f"Running {total} load points against {target.url}…"}
         progress((0, total), desc="warm-up and the first point", unit="point")
         try:
@@ -340,7 +356,7 @@ def build(ctx: LabContext) -> None:
                     paths = log.add(row, records, busy(ctx, point_began))
                     done = len(log.rows)
                     progress((done, total), desc=f"{done}/{total} points", unit="point")
-                    yield {results: table(log.shown, has_gpu(ctx)),
+                    yield {results: table(log.shown, has_gpu(ctx)), split: log.split(),
                            load_chart: load_figure(log.rows),
                            hw_chart: telemetry_figure(ctx, began), files: paths,
                            sweep_status: f"{done}/{total} points · telemetry: "
@@ -367,7 +383,7 @@ def build(ctx: LabContext) -> None:
     stop.click(on_stop, None, shown, concurrency_limit=1)
     timer.tick(on_tick, None, metrics, show_progress="hidden")
     go.click(on_sweep, {concurrency, rates, requests, duration, timeout, sets},
-             [sweep_status, results, load_chart, hw_chart, files], concurrency_limit=1,
+             [sweep_status, results, split, load_chart, hw_chart, files], concurrency_limit=1,
              show_progress_on=[sweep_status])
     # No `cancels=`: the sweep ends by itself within a moment, so its last word is not lost.
     cancel_button.click(on_cancel, None, sweep_status)

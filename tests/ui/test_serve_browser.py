@@ -35,10 +35,10 @@ def attach(page: Page, url: str, expect: str) -> str:
     return wait_text(page, "#serve-status", expect)
 
 
-def table_rows(page: Page) -> list[dict[str, str]]:
-    """The results table as the browser shows it, one dict per row, keyed by header."""
+def table_rows(page: Page, table: str = "#serve-table") -> list[dict[str, str]]:
+    """A table as the browser shows it, one dict per row, keyed by header."""
     heads, cells = (page.evaluate(
-        f"() => [...document.querySelectorAll('#serve-table [role={role}]')]"
+        f"() => [...document.querySelectorAll('{table} [role={role}]')]"
         ".map(c => c.innerText.trim())") for role in ("columnheader", "gridcell"))
     return [dict(zip(heads, cells[i:i + len(heads)], strict=True))
             for i in range(0, len(cells), len(heads) or 1)]
@@ -75,6 +75,12 @@ def test_start_sweep_and_stop_a_server(app, page):
         assert row["Requests"] == row["OK"] == "2" and row["Errors"] == "0", row
         assert row["At real time"].endswith("%") and row[BUSY], row
         assert float(row["TTFA p95 (ms)"].replace(",", "")) > 0, row
+    split = table_rows(page, "#serve-split")  # each point's TTFA by the server's own split
+    assert [(r["shape"], r["load"]) for r in split] == [("closed", "1"), ("closed", "2")], split
+    for row in split:
+        for part in ("ttfa ms", "outside ms", "queue ms", "first-audio ms", "engine ms"):
+            assert re.fullmatch(r"\d+ / \d+ / \d+", row[part]), row
+    assert re.search(r"serve-[\d-]+\s*\.md", page.inner_text("#serve-files"))
     assert "200: 5" in wait_text(page, "#serve-metrics", "200: 5"), "warm-up + 2 + 2 answered"
     line = wait_text(page, "#serve-metrics", "serving thread")  # from the second look on
     assert re.search(r"serving thread on host work \d+% since the last look", line), line
