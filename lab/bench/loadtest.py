@@ -373,7 +373,8 @@ def run(args: argparse.Namespace) -> int:
     if result.unmeasured:
         print(f"error: {result.unmeasured}", file=sys.stderr)
         return 1
-    meta = run_meta(command=command_of(args), **asdict(result.target), **asdict(plan))
+    meta = run_meta(command=command_of(result.target, plan, args.stem),
+                    **asdict(result.target), **asdict(plan))
     saved = result_of(meta, result.rows, result.records)
     write_json(paths["json"], saved)
     write_markdown(paths["md"], saved)
@@ -387,26 +388,26 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.got_audio else 1
 
 
-COMMAND_OPTIONS = ("concurrency", "rates", "requests", "duration", "timeout", "warmup", "texts",
-                   "seed", "format", "sample_rate", "model", "voice", "stem")
-"""The options a report's command spells out: all that shape the load, none of where it
-was saved."""
-
-
-def command_of(args: argparse.Namespace) -> str:
-    """The run as one `lab loadtest` command with every value it used, defaults included,
-    so the report reruns the same load whoever started it (the CLI, a script or a test)."""
-    def spelled(value: object) -> str:
-        if isinstance(value, (tuple, list)):
-            return ",".join(spelled(v) for v in value)
-        return f"{value:g}" if isinstance(value, float) else str(value)
-
-    parts = ["lab", "loadtest", args.url]
-    for name in COMMAND_OPTIONS:
-        value = getattr(args, name)
+def command_of(target: SpeechTarget, plan: LoadPlan, stem: str) -> str:
+    """The load as one `lab loadtest` command with every value it used, defaults included,
+    so a report reruns the same load whoever started it (the CLI, the app's Serve tab, a
+    script). The folder it was saved in is left out: that is the machine's, not the load's."""
+    values = {"concurrency": plan.concurrency, "rates": plan.rates, "requests": plan.requests,
+              "duration": plan.duration_s, "timeout": target.timeout_s, "warmup": plan.warmup,
+              "texts": plan.texts, "seed": plan.seed, "format": target.format,
+              "sample-rate": target.sample_rate, "model": target.model, "voice": target.voice,
+              "stem": stem}
+    parts = ["lab", "loadtest", target.url]
+    for name, value in values.items():
         if value not in (None, "", ()):
-            parts += [f"--{name.replace('_', '-')}", spelled(value)]
+            parts += [f"--{name}", _spelled(value)]
     return shlex.join(parts)
+
+
+def _spelled(value: object) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(_spelled(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def render(json_path: Path, md_path: Path) -> int:

@@ -45,7 +45,7 @@ from lab.bench.load_report import (
     write_json,
     write_markdown,
 )
-from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, run_load
+from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, command_of, run_load
 from lab.bench.report import run_meta
 from lab.frontend import list_sentence_sets, sentence_set
 from lab.metrics.events import BENCHMARK, events
@@ -210,8 +210,10 @@ class SweepLog:
     @classmethod
     def under(cls, folder: Path, target: SpeechTarget, plan: LoadPlan) -> SweepLog:
         folder.mkdir(parents=True, exist_ok=True)
-        meta = run_meta(**dataclasses.asdict(target), **dataclasses.asdict(plan))
-        return cls(folder / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.json", meta)
+        stem = f"serve-{time.strftime('%Y%m%d-%H%M%S')}"
+        meta = run_meta(command=command_of(target, plan, stem), **dataclasses.asdict(target),
+                        **dataclasses.asdict(plan))
+        return cls(folder / f"{stem}.json", meta)
 
     def add(self, row: PointSummary, records: list[RequestRecord],
             busy_percent: float | None) -> list[str]:

@@ -396,8 +396,10 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
     assert "Server-Timing" in out and "| outside ms |" in out
     md = (tmp_path / "run.md").read_text()
     assert md.startswith(f"# Load test of {voice_server.url}/v1/audio/speech")
-    assert (f"Load: `lab loadtest {voice_server.url} --concurrency 1,2 --rates 1.5 --requests 4 "
-            "--duration 60 --timeout 60 --warmup 1 --texts short --seed 0 --format pcm") in md
+    assert (f"Load: `lab loadtest {voice_server.url}/v1/audio/speech --concurrency 1,2 --rates "
+            "1.5 --requests 4 --duration 60 --timeout 60 --warmup 1 --texts short --seed 0 "
+            "--format pcm --sample-rate 22050 --model piper-vits --voice default --stem run`"
+            ) in md
     assert "| closed | 2 |" in md and "| outside ms |" in md and "### open 1.5/s over time" in md
     _a_note_added_to_the_json_survives_a_render(tmp_path, report)
 

@@ -13,6 +13,7 @@ import time
 import gradio as gr
 import pytest
 
+from lab.bench.loadtest import SpeechTarget
 from lab.bench.loopback import NotLoopback
 from lab.metrics.telemetry import TelemetrySampler
 from lab.models.backend import EngineQueue
@@ -90,6 +91,19 @@ def test_each_point_runs_alone_and_only_the_first_warms_up():
            for i, (shape, level) in enumerate(plan.points())]
     assert [p.points() for p in cut] == [[("closed", 1)], [("closed", 2)], [("open", 0.5)]]
     assert [p.warmup for p in cut] == [serve_tab.WARMUP, 0, 0]
+
+
+def test_a_sweeps_report_names_the_load_as_one_lab_loadtest_command(tmp_path):
+    """So a sweep made in the app reruns from a shell, the same load against the same URL."""
+    plan = serve_tab.make_plan("1, 2", "0.5", 3, 30, ["short"])
+    target = SpeechTarget("http://127.0.0.1:8123/v1/audio/speech", "cpu-default", "default",
+                          "pcm", 22050, 60.0)
+    log = serve_tab.SweepLog.under(tmp_path, target, plan)
+    assert log.meta["command"] == (
+        "lab loadtest http://127.0.0.1:8123/v1/audio/speech --concurrency 1,2 --rates 0.5 "
+        f"--requests 3 --duration 30 --timeout 60 --warmup {serve_tab.WARMUP} --texts short "
+        "--seed 0 --format pcm --sample-rate 22050 --model cpu-default --voice default "
+        f"--stem {log.json_path.stem}")
 
 
 def test_cancel_ends_a_point_at_once_and_closes_its_requests():
