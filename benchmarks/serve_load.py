@@ -54,6 +54,7 @@ from lab.bench.in_process import one_in_process, open_in_process, thread_clock
 from lab.bench.load_report import (
     PointSummary,
     RequestRecord,
+    capacity_lines,
     dry_lines,
     summarize,
     table_rows,
@@ -243,7 +244,8 @@ def write(result: dict, out: Path, stem: str) -> None:
     write_json(result, out, stem)
     records = [RequestRecord(**r) for r in result.get("requests", [])]
     parts = [f"# Serving under load ({result['meta'].get('device', '')})", *header(result), "",
-             markdown_table(result["table"]), "\n\n".join(result.get("notes", [])),
+             markdown_table(result["table"]), *capacity_lines(result["table"]), "",
+             "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
 

@@ -275,6 +275,39 @@ def table_rows(rows: Sequence[PointSummary]) -> list[dict]:
     return out
 
 
+def held(row: dict) -> bool:
+    """Every request of the point (a `table_rows` row) got its audio, and every stream
+    stayed in real time."""
+    return row["requests"] > 0 and row["ok"] == row["requests"] and row["realtime_fraction"] >= 1
+
+
+def capacity(rows: Sequence[dict]) -> list[str]:
+    """Per load shape, the highest point that `held`, with the streams it kept in flight (over
+    the middle half where known) and its TTFA p95, then the lowest point that did not: the
+    question a capacity sweep asks, answered from its `table_rows` (as reports keep them)."""
+    lines = []
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        points = sorted((r for r in rows if r["shape"] == shape), key=lambda r: r["load"])
+        kept = [r for r in points if held(r)]
+        missed = [r for r in points if not held(r)]
+        unit = "/s" if "open" in shape else " in flight"
+        if kept:
+            best = kept[-1]
+            streams = best.get("mid_streams") or best["mean_streams"]
+            line = (f"{shape}: every stream in real time up to {best['load']:g}{unit} "
+                    f"({streams:.1f} streams in flight, TTFA p95 {best['ttfa_p95_ms']:.0f} ms)")
+        else:
+            line = f"{shape}: no point kept every stream in real time"
+        if missed:
+            first = missed[0]
+            failed = first["requests"] - first["ok"]
+            line += (f"; not at {first['load']:g}{unit}: {100 * first['realtime_fraction']:.1f}% "
+                     "in real time" + (f", {failed} of {first['requests']} without audio"
+                                       if failed else ""))
+        lines.append(line)
+    return lines
+
+
 def result_of(meta: dict, rows: Sequence[PointSummary], records: Sequence[RequestRecord]
               ) -> dict:
     """What `lab loadtest` saves: its plan, one row per point and every request."""
@@ -289,6 +322,14 @@ def write_json(path: Path, result: dict) -> None:
 
 SLICE_S = 3.0
 """The width of the slices that reports follow open-loop points over time in."""
+
+
+def capacity_lines(rows: Sequence[dict]) -> list[str]:
+    """`capacity` as a report's lines under its table; nothing without rows."""
+    if not rows:
+        return []
+    return ["", "Capacity, the highest load that kept every stream in real time:", "",
+            *(f"- {line}" for line in capacity(rows))]
 
 
 def ttfa_split(records: list[RequestRecord]) -> list[str]:
@@ -369,7 +410,8 @@ def write_markdown(path: Path, result: dict) -> None:
              f"{meta.get('date', '')}",
              f"- Model `{meta.get('model') or '(the server default)'}`, voice "
              f"`{meta.get('voice')}`, format {meta.get('format')}",
-             "", markdown_table(table_rows(rows)), "", "\n\n".join(result.get("notes", [])),
+             "", markdown_table(table_rows(rows)), *capacity_lines(table_rows(rows)), "",
+             "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     path.write_text("\n".join(lines) + "\n")
 

@@ -38,6 +38,7 @@ from lab.bench.load_report import (
     TTFA_PARTS,
     PointSummary,
     RequestRecord,
+    capacity_lines,
     result_of,
     summarize,
     table_rows,
@@ -379,6 +380,7 @@ def run(args: argparse.Namespace) -> int:
     write_json(paths["json"], saved)
     write_markdown(paths["md"], saved)
     print(markdown_table(table_rows(result.rows)))
+    print("\n".join(capacity_lines(table_rows(result.rows))))
     split = ttfa_parts(result.records)
     if split:
         print(f"\nTime to first audio by the server's Server-Timing: {TTFA_PARTS}")

@@ -37,6 +37,7 @@ from pandas.io.formats.style import Styler
 from lab.bench.load_report import (
     PointSummary,
     RequestRecord,
+    capacity,
     figure,
     result_of,
     table_rows,
@@ -176,6 +177,12 @@ def table_row(row: PointSummary, busy_percent: float | None) -> dict:
 def table(rows: list[dict], gpu: bool) -> Styler:
     unit = "GPU util %" if gpu else "CPU % (no GPU)"
     return tables.readable(rows, {**COLUMNS, "busy": Column(unit, ONE)})
+
+
+def capacity_text(rows: list[PointSummary]) -> str:
+    """The sweep so far answers the tab's question: the highest load that kept every stream
+    in real time, per load shape (`lab.bench.load_report.capacity`)."""
+    return "**Capacity so far:** " + "; ".join(capacity(table_rows(rows)))
 
 
 def load_figure(rows: list[PointSummary]):
@@ -362,7 +369,8 @@ def build(ctx: LabContext) -> None:
                            load_chart: load_figure(log.rows),
                            hw_chart: telemetry_figure(ctx, began), files: paths,
                            sweep_status: f"{done}/{total} points · telemetry: "
-                                         f"{ctx.telemetry.gpu_status()}"}
+                                         f"{ctx.telemetry.gpu_status()}\n\n"
+                                         + capacity_text(log.rows)}
         except ValueError as err:
             gr.Warning(str(err))
             yield {sweep_status: f"⚠️ **{err}**"}

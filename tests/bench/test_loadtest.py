@@ -21,6 +21,7 @@ import soundfile as sf
 from lab.bench.arrivals import closed_loop, open_loop, poisson_arrivals
 from lab.bench.load_report import (
     RequestRecord,
+    capacity,
     dry_streams,
     figure,
     over_time,
@@ -275,6 +276,24 @@ def test_ttfa_parts_split_each_point_and_put_the_rest_outside_the_server():
     assert ttfa_parts(untimed) == []
 
 
+def test_capacity_is_the_highest_load_that_kept_every_stream_in_real_time():
+    def row(shape, load, realtime, ok=10, mid=None):
+        return {"shape": shape, "load": load, "requests": 10, "ok": ok, "ttfa_p95_ms": 100.0 + load,
+                "realtime_fraction": realtime, "mean_streams": load / 2, "mid_streams": mid}
+
+    rows = [row("open", 8, 1.0, mid=9.5), row("open", 4, 1.0), row("open", 16, 0.9, ok=9),
+            row("open", 32, 0.5), row("closed", 1, 1.0), row("closed", 2, 1.0, ok=9)]
+    assert capacity(rows) == [
+        "open: every stream in real time up to 8/s (9.5 streams in flight, TTFA p95 108 ms); "
+        "not at 16/s: 90.0% in real time, 1 of 10 without audio",
+        "closed: every stream in real time up to 1 in flight (0.5 streams in flight, TTFA p95 "
+        "101 ms); not at 2 in flight: 100.0% in real time, 1 of 10 without audio"]
+    assert capacity([row("open", 4, 0.99)]) == [
+        "open: no point kept every stream in real time; not at 4/s: 99.0% in real time"]
+    assert capacity([row("open", 4, 1.0)]) == [
+        "open: every stream in real time up to 4/s (2.0 streams in flight, TTFA p95 104 ms)"]
+
+
 def test_dry_streams_say_how_short_and_when_per_point():
     dry = [replace(record(0.1, -margin), tightest_s=when)
            for margin, when in [(0.002, 0.05), (0.03, 1.2), (0.01, None)]]
@@ -394,6 +413,7 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| shape | load |" in out and "ttfa_p95_ms" in out
     assert "Server-Timing" in out and "| outside ms |" in out
+    assert "- closed: every stream in real time up to 2 in flight" in out
     md = (tmp_path / "run.md").read_text()
     assert md.startswith(f"# Load test of {voice_server.url}/v1/audio/speech")
     assert (f"Load: `lab loadtest {voice_server.url}/v1/audio/speech --concurrency 1,2 --rates "
@@ -401,6 +421,7 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
             "--format pcm --sample-rate 22050 --model piper-vits --voice default --stem run`"
             ) in md
     assert "| closed | 2 |" in md and "| outside ms |" in md and "### open 1.5/s over time" in md
+    assert "- open: every stream in real time up to 1.5/s" in md
     _a_note_added_to_the_json_survives_a_render(tmp_path, report)
 
 

@@ -62,6 +62,7 @@ def test_start_sweep_and_stop_a_server(app, page):
     page.click("#serve-go")
     done = wait_text(page, "#serve-sweep-status", "2/2 points", "⚠️")
     assert "2/2 points" in done and f"telemetry: {gpu_status()}" in done, done
+    assert "Capacity so far: closed: every stream in real time up to 2 in flight" in done, done
     page.wait_for_selector("#serve-chart .js-plotly-plot", timeout=30_000)
     titles = page.inner_text("#serve-chart")
     assert "TTFA ms (concurrency)" in titles and "streams at real time" in titles
