@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lab.bench.call_timer import CallTimer
 from lab.bench.in_process import open_in_process, thread_clock
-from lab.bench.load_report import percentile
+from lab.bench.load_report import summarize
 from lab.bench.loadtest import LoadPlan
 from lab.bench.report import markdown_table, run_meta, save_report
 from lab.config import load_preset, parse_overrides
@@ -68,11 +68,9 @@ def point(pipe: Pipeline, plan: LoadPlan, rate: float) -> tuple[dict, list[dict]
         records, wall_s = open_in_process(pipe, plan, rate, "in-process open")
     rounds, busy_s, wait_s = (b - a for a, b in zip(before, thread_clock(pipe), strict=True))
     per_round = 1e3 / max(rounds, 1)
-    ttfa = [r.ttfa_s * 1e3 for r in records if r.ttfa_s is not None and r.error is None]
-    summary = {"rate": rate, "requests": len(records),
-               "errors": sum(r.error is not None for r in records),
-               "ttfa_p50_ms": _round(percentile(ttfa, 50)),
-               "ttfa_p95_ms": _round(percentile(ttfa, 95)), "rounds": rounds,
+    row = summarize(records, "in-process open", rate, wall_s)
+    summary = {"rate": rate, "requests": row.requests, "errors": row.requests - row.ok,
+               "ttfa_p50_ms": row.ttfa_p50_ms, "ttfa_p95_ms": row.ttfa_p95_ms, "rounds": rounds,
                "round_ms": round(busy_s * per_round, 3),
                "host_ms_per_round": round((busy_s - wait_s) * per_round, 3),
                "token_wait_ms_per_round": round(wait_s * per_round, 3),
@@ -82,10 +80,6 @@ def point(pipe: Pipeline, plan: LoadPlan, rate: float) -> tuple[dict, list[dict]
              "us_per_call": round(1e6 * c.seconds / c.count, 1)}
             for name, c in timer.calls.items() if c.count]
     return summary, sorted(rows, key=lambda r: -r["ms_per_round"])
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -43,7 +43,10 @@ class Candidates:
         """The shortlist with a row of ids per batch row (itself when it has them already)."""
         if self.rows is None:
             return self
-        index = to_device(self.rows, torch.long, self.ids.device)
+        return self.take(to_device(self.rows, torch.long, self.ids.device))
+
+    def take(self, index: torch.Tensor) -> Candidates:
+        """The shortlists of a table's rows `index` (a device tensor), one per batch row."""
         return Candidates(self.ids[index], None if self.allowed is None else self.allowed[index])
 
 

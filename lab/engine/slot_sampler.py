@@ -184,11 +184,8 @@ class SlotSampler:
     @staticmethod
     def _shortlist(buffers: _Buffers, bucket: int) -> Candidates | None:
         """The step's shortlist: looked up in a table by each row's table row, or as copied."""
-        table = buffers.table
-        if table is not None:
-            index = buffers.rows[:bucket, TABLE_ROW].long()
-            return Candidates(table.ids[index],
-                              None if table.allowed is None else table.allowed[index])
+        if buffers.table is not None:
+            return buffers.table.take(buffers.rows[:bucket, TABLE_ROW].long())
         if buffers.ids is None:
             return None
         return Candidates(buffers.ids[:bucket], buffers.allowed[:bucket])
