@@ -121,6 +121,11 @@ def _record(cfg: PipelineConfig, measured, args: argparse.Namespace, **kwargs) -
         print(f"warning: measured rates not recorded: {err}", file=sys.stderr)
 
 
+def _say(message: str) -> None:
+    """A set-up stage, on stderr as it happens: stdout keeps the command's own output."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def cmd_synth(args: argparse.Namespace) -> None:
     import soundfile as sf
 
@@ -130,7 +135,7 @@ def cmd_synth(args: argparse.Namespace) -> None:
     cfg = _config(args)
     est = _estimate(cfg, max(1, len(args.text)), args)
     _vet([est] if est else [], args.force)
-    pipe = Pipeline(cfg)
+    pipe = Pipeline(cfg, on_stage=_say)
     result = pipe.synthesize(args.text)
     _record(cfg, result, args, startup=pipe.startup)
     sf.write(out, result.audio, result.sample_rate)
@@ -231,8 +236,8 @@ def cmd_verdict(args: argparse.Namespace) -> int:
         raise ConfigError(f"the sets {args.sets!r} hold no sentence the recogniser can judge")
     if args.json and not Path(args.json).parent.is_dir():
         raise ConfigError(f"folder of --json {args.json!r} does not exist")
-    pipe = Pipeline(cfg)
-    verdict = judge(renderer(pipe), texts, baseline=lambda: renderer(Pipeline(ref)),
+    pipe = Pipeline(cfg, on_stage=_say)
+    verdict = judge(renderer(pipe), texts, baseline=lambda: renderer(Pipeline(ref, _say)),
                     baseline_config=to_dict(ref), seed=ref.seed,
                     paired_waveforms=paired_waveforms(pipe),
                     cache=ScoreCache(data_dir(args) / "score-cache"), workers=args.workers,

@@ -26,8 +26,9 @@ from lab.metrics import memory
 from lab.metrics.events import events
 from lab.metrics.timers import RequestMeter, StageTimer
 from lab.models.backend import EngineQueue
-from lab.models.registry import load_backend
+from lab.models.registry import family, load_backend
 from lab.quant.precision import weight_bytes
+from lab.stages import heard
 from lab.turns import Shared
 from lab.worker import LINGER_S, Sink, Worker, WorkerLoad
 
@@ -144,13 +145,15 @@ class Pipeline:
         if self.device.type == "cpu":
             keep_freed_memory()
             release_kept_memory()
+        family(self.config.family).check(self.config)  # refused before anything is said
         self._worker = Worker(f"pipeline-{self.config.family}", self._run_batch, linger_s)
         say(f"loading {self.config.family} weights ({self.config.model}) onto {self.device}")
         started = time.perf_counter()
-        self.backend = self._worker.call(lambda: load_backend(self.config, self.device))
+        self.backend = self._worker.call(
+            heard(say, lambda: load_backend(self.config, self.device)))
         loaded = time.perf_counter()
         say("warming up (compile, graph capture, first-call kernels)")
-        self._worker.call(lambda: self.backend.warm_up(WARMUP_TEXTS))
+        self._worker.call(heard(say, lambda: self.backend.warm_up(WARMUP_TEXTS)))
         self.startup = {"load_ms": (loaded - started) * 1e3,
                         "warmup_ms": (time.perf_counter() - loaded) * 1e3}
         self.sample_rate = self.backend.sample_rate

@@ -40,9 +40,12 @@ def test_synth_writes_audio_and_prints_timings(tmp_path, capsys):
     assert main(["synth", "Hello from the lab.", "-o", str(out), "--set", "stream=false"]) == 0
     audio, rate = sf.read(out)
     assert rate == 22050 and len(audio) > rate // 2 and np.abs(audio).max() > 0.05
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr()
     for name in ("stage vocoder", "ttfb", "real-time factor"):
-        assert name in printed
+        assert name in printed.out
+    assert printed.err.splitlines()[:2] == [
+        "loading piper-vits weights (default) onto cpu",
+        "warming up (compile, graph capture, first-call kernels)"], "set-up goes to stderr"
 
 
 def test_bad_override_and_empty_text_exit_with_clear_errors(tmp_path, capsys):

@@ -40,6 +40,7 @@ from lab.engine.cache import StaticKVCache
 from lab.engine.llm import call_block, call_head, call_mixed_block
 from lab.engine.slots import bucket_sizes, smallest_bucket
 from lab.quant.compile import COMPILED_MODES, decode_options
+from lab.stages import counted, stage
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 KEY_BASE = 64
@@ -167,12 +168,19 @@ class GraphedDecoder:
     @torch.inference_mode()
     def capture(self, batch_sizes=None, key_lengths=None) -> None:
         """Compile/capture the given buckets now (all by default, with and without a prompt
-        chunk), so first calls are fast."""
+        chunk), so first calls are fast. Each batch size is said with its seconds as it is
+        done (`lab.stages`): for a 3B model this takes minutes."""
+        if self.mode == "eager":
+            return
         prompts = sorted({0, self.prefill_tokens})
-        for b in batch_sizes or self.buckets:
-            for n in key_lengths or self.key_buckets:
-                for pre in prompts:
-                    self._prepare((self.bucket_for(b), self.key_bucket_for(n), pre))
+        batches, keys = batch_sizes or self.buckets, key_lengths or self.key_buckets
+        what = "capturing" if self.captures else "compiling"
+        with stage(f"{what} the decode step ({self.mode}): "
+                   f"{len(batches) * len(keys) * len(prompts)} shapes"):
+            for b in counted(batches, lambda b: f"batch size {b}"):
+                for n in keys:
+                    for pre in prompts:
+                        self._prepare((self.bucket_for(b), self.key_bucket_for(n), pre))
 
     def _prepare(self, shape: Shape) -> None:
         if shape in self._ready or self.mode == "eager":

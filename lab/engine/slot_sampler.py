@@ -31,6 +31,7 @@ from lab.engine.request import Request
 from lab.engine.sampler import Candidates, SamplingBatch, fixed_topk, sample, settings_rows
 from lab.engine.slots import smallest_bucket
 from lab.engine.transfer import copy_from_host, to_device
+from lab.stages import stage
 
 PADDING = [0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
 """Settings of a padding row: greedy, top-k 1 (so the fixed-size top-k holds), no penalty, and
@@ -95,9 +96,13 @@ class SlotSampler:
         bucket; a failure lands in `fallbacks` as it would at first use. Runs in inference
         mode, as the runner's sampling does: the buffers were made there, and writing them
         outside it fails."""
-        for key, buffers in list(self._buffers.items()):
-            for bucket in self.buckets:
-                self._graph(key, bucket, buffers)
+        if not self._buffers:
+            return
+        with stage(f"capturing the sampler: {len(self._buffers)} logits shape(s) x "
+                   f"{len(self.buckets)} batch sizes"):
+            for key, buffers in list(self._buffers.items()):
+                for bucket in self.buckets:
+                    self._graph(key, bucket, buffers)
 
     def __call__(self, requests: list[Request], logits: torch.Tensor,
                  shortlist: Candidates | None = None) -> torch.Tensor:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 
 from lab.config import PipelineConfig
-from lab.engine.engine import LLMEngine
 from lab.engine.weights import load_lm
 from lab.frontend import check_text, is_speakable, normalize_text, split_sentences
 from lab.models.backend import Family
@@ -32,10 +31,12 @@ from lab.models.token_backend import (
     TokenBackend,
     chosen_codec_dtype,
     engine_config,
+    start_engine,
     tts_options,
 )
 from lab.models.token_tts import TokenTTS
 from lab.quant.plan import PrecisionReport, apply_knobs
+from lab.stages import stage
 
 DEFAULT_MODEL = "canopylabs/orpheus-3b-0.1-ft"
 PROMPT_ROOM = 256
@@ -77,7 +78,9 @@ def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int, notes: 
                      "dtype": chosen_codec_dtype(cfg, device, notes) or torch.float32}
     if cfg.weights == "dummy":
         shape = "orpheus-3b" if cfg.model == "default" else cfg.model
-        lm, lm_cfg = load_lm("dummy", shape=shape, dtype=cfg.dtype, device=device, seed=cfg.seed)
+        with stage(f"building the LM with random weights ({shape})"):
+            lm, lm_cfg = load_lm("dummy", shape=shape, dtype=cfg.dtype, device=device,
+                                 seed=cfg.seed)
         layout = OrpheusLayout.fitting(lm_cfg.vocab_size)
         base = SNAC_24KHZ if layout == ORPHEUS else TINY_SNAC
         codec = SnacCodec(build_snac({**base, "codebook_size": layout.codebook_size},
@@ -86,7 +89,8 @@ def _load_parts(cfg: PipelineConfig, device: torch.device, n_slots: int, notes: 
                           **codec_options)
         return lm, lm_cfg, layout, dummy_tokenizer(layout), codec
     source = DEFAULT_MODEL if cfg.model == "default" else cfg.model
-    lm, lm_cfg = load_lm(source, dtype=cfg.dtype, device=device)
+    with stage(f"loading the LM from {source}"):
+        lm, lm_cfg = load_lm(source, dtype=cfg.dtype, device=device)
     codec = SnacCodec.from_source(HUB_ID, device=device, noise=False, compile_mode=codec_compile,
                                   **codec_options)
     return lm, lm_cfg, ORPHEUS, load_tokenizer(source), codec
@@ -102,15 +106,16 @@ def build_tts(cfg: PipelineConfig, device: torch.device, *, n_slots: int | None 
                          device=device)
     report.notes += codec_notes
     room = max_len or cfg.sampling.max_tokens + PROMPT_ROOM
-    engine = LLMEngine(lm, engine_config(cfg, n_slots=n_slots,
-                                         max_len=min(room, lm_cfg.max_seq_len)),
-                       logits_processor=AudioTokenConstraint(layout))
+    engine = start_engine(lm, engine_config(cfg, n_slots=n_slots,
+                                            max_len=min(room, lm_cfg.max_seq_len)),
+                          AudioTokenConstraint(layout))
     fmt = OrpheusFormat(tokenizer, layout)
     tts = TokenTTS(engine, codec, fmt, **tts_options(cfg))
     codec.capture(tts.decoder.window.frames)
     if cfg.prefix_cache:
-        for voice in VOICES:
-            engine.cache_prefix(fmt.voice_prefix(voice))
+        with stage(f"prefilling the prefixes of {len(VOICES)} voices"):
+            for voice in VOICES:
+                engine.cache_prefix(fmt.voice_prefix(voice))
     return tts, report
 
 

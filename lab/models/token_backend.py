@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from lab.config import PipelineConfig, SamplingConfig
-from lab.engine.engine import EngineConfig
+from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.heap import freeze_survivors
 from lab.engine.request import SamplingParams
 from lab.engine.scheduler import POLICIES
@@ -25,6 +25,7 @@ from lab.models.backend import EngineQueue, Family
 from lab.models.token_tts import TokenTTS
 from lab.quant.plan import PrecisionPlan, PrecisionReport, run_dtype
 from lab.quant.precision import dtype_name
+from lab.stages import stage
 from lab.stream.codec_stream import StreamWindow
 from lab.turns import Shared
 
@@ -53,6 +54,13 @@ def engine_config(cfg: PipelineConfig, *, n_slots: int | None = None,
                         kv_cache=cfg.kv_cache, kv_dtype=cfg.kv_dtype,
                         mixed_prefill=min(cfg.mixed_prefill, max_len - 1),
                         decode_mode=decode_mode(cfg.compile, cfg.cuda_graphs))
+
+
+def start_engine(lm: torch.nn.Module, config: EngineConfig, processor) -> LLMEngine:
+    """The engine over `lm`, its KV cache allocated and its kernels probed, as a set-up stage."""
+    with stage(f"setting up the engine ({config.n_slots} x {config.max_len}-position "
+               f"{config.kv_cache} KV cache)"):
+        return LLMEngine(lm, config, logits_processor=processor)
 
 
 def chosen_codec_dtype(cfg: PipelineConfig, device: torch.device,
@@ -160,7 +168,8 @@ class TokenBackend:
         units = [self.prepare(text)[0][0] for text in texts]
         params = [dataclasses.replace(self._sampling(u, 0), max_tokens=self.warmup_tokens)
                   for u in units]
-        self.tts.synthesize(units, self.config.voice, params)
+        with stage(f"running {len(units)} warm-up requests of {self.warmup_tokens} tokens"):
+            self.tts.synthesize(units, self.config.voice, params)
         self.tts.engine.runner.sampler.capture_every_bucket()
         self.tts.notes.clear()  # the warm-up stops short on purpose
         freeze_survivors()

@@ -18,7 +18,6 @@ import torch
 
 from lab.config import PipelineConfig
 from lab.device import native_bf16
-from lab.engine.engine import LLMEngine
 from lab.engine.weights import load_lm
 from lab.frontend import prepare
 from lab.models.backend import Family
@@ -31,6 +30,7 @@ from lab.models.token_backend import (
     TokenBackend,
     chosen_codec_dtype,
     engine_config,
+    start_engine,
     tts_options,
 )
 from lab.models.token_tts import TokenTTS
@@ -139,8 +139,7 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
                         cuda_graphs=cfg.cuda_graphs and device.type == "cuda",
                         max_batch=cfg.batch_size)
     room = min(cfg.sampling.max_tokens + CACHE_ROOM, lm_cfg.max_seq_len)
-    engine = LLMEngine(lm, engine_config(cfg, max_len=room),
-                       logits_processor=PhonemeAlignedConstraint(layout))
+    engine = start_engine(lm, engine_config(cfg, max_len=room), PhonemeAlignedConstraint(layout))
     tts = TokenTTS(engine, codec, VoiceFormat(layout), **tts_options(cfg))
     codec.capture(tts.decoder.window.frames)
     return tts, report

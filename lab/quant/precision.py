@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from lab.quant import ao, int4_rows, int8_rows
+from lab.stages import stage
 
 if TYPE_CHECKING:
     from lab.quant.plan import StaticParts
@@ -287,7 +288,8 @@ def quantize_model(
                if isinstance(m, nn.Linear) and select(fqn)}
     target = Target(model, dtype, device, linears, static)
     for mode in tries:
-        reason = mode.unavailable(device, dtype) or mode.apply(mode, target, done)
+        with stage(f"quantizing with {mode.name}"):
+            reason = mode.unavailable(device, dtype) or mode.apply(mode, target, done)
         if reason is None:
             done.applied = mode.name
             break

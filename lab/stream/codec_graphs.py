@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from lab.engine.slots import bucket_sizes, smallest_bucket
+from lab.stages import counted, stage
 
 BATCHES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
@@ -69,7 +70,10 @@ class CodecGraphs:
     def capture_windows(self, max_frames: int, fallbacks: list[str]) -> None:
         """Capture windows of 1 to `max_frames` frames at every bucket; a failure lands in
         the codec's `fallbacks` once."""
-        self.capture(range(1, max_frames + 1))
+        with stage(f"capturing the codec's window decode: {len(self.buckets)} batch sizes "
+                   f"per window length"):
+            for frames in counted(range(1, max_frames + 1), lambda f: f"{f} frame(s)"):
+                self.capture([frames])
         if self.failure and self.failure not in fallbacks:
             fallbacks.append(self.failure)
 

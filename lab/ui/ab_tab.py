@@ -142,7 +142,7 @@ def render(ctx: LabContext, text: str, seed: float, session: str | None,
         if cancel is not None and cancel.is_set():
             raise RenderCancelled("rendering cancelled")
         progress((n, 2), desc=f"rendering {'AB'[n]}")
-        pipe = ctx.cache.get(cfg, on_load=lambda msg, n=n: progress((n, 2), desc=msg))
+        pipe = ctx.cache.get(cfg, on_load=lambda msg, n=n: progress((n, 2), desc=msg.strip()))
         takes.append(_take(pipe, text, cancel))
     a = Contender(label_of(cfg_a), cfg_a)
     b = Contender(label_of(cfg_b), cfg_b)

@@ -48,8 +48,10 @@ def resolve_config(ctx: LabContext, panel: Panel, data: dict) -> PipelineConfig:
 
 
 def load(ctx: LabContext, cfg: PipelineConfig, progress: gr.Progress, steps: int = 1) -> Pipeline:
-    """A cached pipeline; a load (weights, casts, compile warm-up) is step 0 of `steps`."""
-    return ctx.cache.get(cfg, on_load=lambda msg: progress((0, steps), desc=msg, unit="step"))
+    """A cached pipeline; a load (weights, casts, compile warm-up) is step 0 of `steps`, its
+    description the latest set-up stage (`lab.stages` indents nested ones for a log)."""
+    return ctx.cache.get(cfg, on_load=lambda msg: progress((0, steps), desc=msg.strip(),
+                                                           unit="step"))
 
 
 def verdict_span(verdict: bool | str, text: str) -> str:

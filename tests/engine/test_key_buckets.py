@@ -7,6 +7,8 @@ tests drive that path with compile mode 'default'.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -14,6 +16,7 @@ from lab.engine import GraphedDecoder, StaticKVCache
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.graphs import default_key_buckets
 from lab.engine.request import SamplingParams
+from lab.stages import listening
 
 
 def _cache(model, slots: int, max_len: int) -> StaticKVCache:
@@ -69,7 +72,8 @@ def test_padded_rows_write_only_scratch_and_the_step_matches_the_whole_cache(lm)
 
 
 def test_compiled_key_buckets_share_one_block_and_raise_the_recompile_limit(lm):
-    """Prefixes shorter than the cache share one compiled block; the whole cache is another."""
+    """Prefixes shorter than the cache share one compiled block; the whole cache is another.
+    Compiling says each batch size as it is done, with its seconds."""
     torch._dynamo.reset()
     dec = GraphedDecoder(lm, _cache(lm, 2, 64), "default", buckets=(2,),
                          key_buckets=(8, 16, 32))
@@ -77,10 +81,15 @@ def test_compiled_key_buckets_share_one_block_and_raise_the_recompile_limit(lm):
     limit = getattr(config, "recompile_limit", None) or config.cache_size_limit
     assert limit >= 4 * 1 * 4 + 16
     torch._dynamo.utils.counters.clear()
-    dec.capture()
+    said: list[str] = []
+    with listening(said.append):
+        dec.capture()
     assert dec.prepared == [(2, 8, 0), (2, 16, 0), (2, 32, 0), (2, 64, 0)]
     assert dec.mode == "default"
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 3  # block <64, =64, head
+    assert said[0] == "compiling the decode step (default): 4 shapes ..."
+    assert re.fullmatch(r"  1/1 batch size 2: \d+\.\d s", said[1])
+    assert re.fullmatch(r"compiling the decode step \(default\): 4 shapes: \d+\.\d s", said[2])
 
 
 PROMPTS = [[3, 1, 4, 1, 5], [2, 7], [1, 8, 2], list(range(1, 31)), [6]]
