@@ -17,6 +17,7 @@ from torch import nn
 
 from lab.engine.cache import StaticLayer, read_static, write_kv, write_static
 from lab.engine.decode_attention import check_decode_attention, decode_attention
+from lab.engine.norm_matvec import normed_linear
 from lab.engine.swiglu import swiglu
 from lab.quant import int8_rows
 
@@ -141,11 +142,14 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
         self.real_lengths = False  # decode steps read each slot's own keys (`decode_attention`)
 
-    def forward(self, x, cos, sin, bias, positions, slot_index, contiguous, kv):
-        q, k, v = self._project(x, cos, sin)
+    def forward(self, x, norm, cos, sin, bias, positions, slot_index, contiguous, kv):
+        """Attention over `norm(x)`: the block's norm comes in so that a single token's norm
+        and q/k/v projection can run as one kernel (`normed_linear`)."""
+        q, k, v = self._project(x, norm, cos, sin)
         return self.o(self._attend(q, k, v, bias, positions, slot_index, contiguous, kv))
 
-    def forward_mixed(self, x, cos, sin, bias, positions, pre_bias, pre_positions, pre_rows, kv):
+    def forward_mixed(self, x, norm, cos, sin, bias, positions, pre_bias, pre_positions,
+                      pre_rows, kv):
         """Decode rows and prefill rows packed along one token axis: x is [B + R*T, dim], the
         first B tokens one per cache row 0..B-1 (`positions` [B, 1]), then R prompt chunks of T
         tokens for cache rows `pre_rows` (`pre_positions` [R, T]). The projections run once
@@ -156,7 +160,7 @@ class Attention(nn.Module):
         cache write that follows the decode kernel's read of that cache makes Inductor copy the
         whole layer's cache first (the mixed step took 2.7 times as long, 128 slots, H100)."""
         b, (r, t) = positions.shape[0], pre_positions.shape
-        q, k, v = self._project(x[:, None], cos, sin)
+        q, k, v = self._project(x[:, None], norm, cos, sin)
         pre_q, pre_k, pre_v = (part.reshape(r, t, *part.shape[2:])
                                for part in (q[b:], k[b:], v[b:]))
         write_kv(kv, pre_k.transpose(1, 2), pre_v.transpose(1, 2), pre_positions, pre_rows)
@@ -165,11 +169,12 @@ class Attention(nn.Module):
         prefill = self._grouped_attention(pre_q, *keys, pre_bias)
         return self.o(torch.cat((decode.reshape(b, -1), prefill.reshape(r * t, -1))))
 
-    def _project(self, x, cos, sin):
-        """q, k and v [B, T, heads, hd] of tokens x [B, T, dim], q and k rotated."""
+    def _project(self, x, norm, cos, sin):
+        """q, k and v [B, T, heads, hd] of tokens x [B, T, dim] after `norm`, q and k
+        rotated."""
         b, t, _ = x.shape
         hd, kvh, nh = self.head_dim, self.n_kv_heads, self.n_heads
-        qkv = self.qkv(x).reshape(b, t, nh + 2 * kvh, hd)
+        qkv = normed_linear(x, norm, self.qkv).reshape(b, t, nh + 2 * kvh, hd)
         qk = apply_rope(qkv[:, :, : nh + kvh], cos, sin)  # q and k heads rotated together
         return qk[:, :, :nh], qk[:, :, nh:], qkv[:, :, nh + kvh :]
 
@@ -220,8 +225,9 @@ class MLP(nn.Module):
         self.gate_up = nn.Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
         self.down = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(swiglu(self.gate_up(x)))
+    def forward(self, x: torch.Tensor, norm: RMSNorm) -> torch.Tensor:
+        """The MLP of `norm(x)`; the norm comes in as for `Attention.forward`."""
+        return self.down(swiglu(normed_linear(x, norm, self.gate_up)))
 
 
 class Block(nn.Module):
@@ -238,10 +244,9 @@ class Block(nn.Module):
     def forward(self, x, cos, sin, *attn_args, mixed=False):
         """`attn_args` are the attention's: `Attention.forward`'s, or with `mixed` (x packs
         decode and prefill tokens on one axis) `Attention.forward_mixed`'s."""
-        h = self.attn_norm(x)
         attend = self.attn.forward_mixed if mixed else self.attn
-        x = x + attend(h, cos, sin, *attn_args)
-        return x + self.mlp(self.mlp_norm(x))
+        x = x + attend(x, self.attn_norm, cos, sin, *attn_args)
+        return x + self.mlp(x, self.mlp_norm)
 
 
 def attention_bias(positions, key_positions, group: int, dtype) -> torch.Tensor:
