@@ -52,6 +52,7 @@ from lab.engine import generate, hf_generate, to_hf_model
 from lab.engine.graphs import default_key_buckets
 from lab.models.orpheus_format import AudioTokenConstraint, OrpheusError, OrpheusLayout
 from lab.quant import apply_precision
+from lab.quant.triton_site import runs_kernels
 
 COLD = "transformers generate, dynamic cache (cold)"
 PEERS = {COLD: "dynamic", "transformers generate, dynamic cache (warmed)": "dynamic",
@@ -145,10 +146,13 @@ def served_row(lm, prompt, args, name: str) -> tuple[dict, torch.Tensor | None]:
     return row, None if res is None else res.tokens
 
 
-def served_model(args, device, quant: str):
+def served_model(args, device, quant: str, fold: bool = True):
     """A fresh model, quantized with `quant` (as a pipeline does at load), then its head
-    narrowed to the format's span unless `--no-narrow-head` (as the engine's runner does)."""
+    narrowed to the format's span unless `--no-narrow-head` (as the engine's runner does).
+    `fold` False keeps each block's norms apart from the projections after them, where a
+    single token's float step would run them in one kernel (`lab.engine.norm_matvec`)."""
     lm, cfg = load_model(args, device)
+    lm.fold_norms(fold)
     applied = quant if quant == "none" else apply_precision(lm, args.dtype, quant, device).applied
     span = head_span(cfg) if args.narrow_head else None
     if span:
@@ -161,14 +165,24 @@ def served_model(args, device, quant: str):
     precision = args.dtype if applied == "none" else applied
     if applied != quant:
         precision += f" (asked {quant})"
-    return lm, f"lab as served, {precision}, compiled block + CUDA graph{head}{attention}"
+    norms = ""
+    if applied == "none":
+        folded = fold and runs_kernels(lm.embed.weight)
+        norms = (", one-token norms in their projections' kernel" if folded
+                 else ", norms apart from their projections")
+    return lm, f"lab as served, {precision}, compiled block + CUDA graph{head}{attention}{norms}"
 
 
 def served_rows(args, device, bandwidth: float | None) -> list[dict]:
+    """Each served precision at every batch size; with `--apart`, beside the float row at
+    batch 1 (the one batch size the fold acts on), the same model with its norms apart."""
     rows = []
-    for quant in ("none", *args.quants):
-        lm, name = served_model(args, device, quant)
-        for batch in args.batches:
+    models = [("none", True, args.batches), *((q, True, args.batches) for q in args.quants)]
+    if args.apart and 1 in args.batches:
+        models.insert(1, ("none", False, [1]))
+    for quant, fold, batches in models:
+        lm, name = served_model(args, device, quant, fold)
+        for batch in batches:
             row, _ = served_row(lm, prompt_for(batch, lm.cfg, args, device), args, name)
             rows.append(row)
             add_bandwidth(rows, lm, args, bandwidth)
@@ -228,6 +242,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="quant modes of the served rows, beside their bf16 row")
     ap.add_argument("--narrow-head", action=argparse.BooleanOptionalAction, default=True,
                     help="narrow the served rows' head to the format's tokens")
+    ap.add_argument("--apart", action=argparse.BooleanOptionalAction, default=True,
+                    help="add the float model with its norms apart from its projections at "
+                         "batch 1, beside the served row that runs them in one kernel")
     ap.add_argument("--device", default="cuda", help="cpu only for a smoke run")
     ap.add_argument("--render", action="store_true",
                     help="rewrite <stem>.md from <stem>.json (notes added to it included)")

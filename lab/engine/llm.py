@@ -124,10 +124,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class RMSNorm(nn.Module):
+    """`folds`: whether a single token's norm may run inside the projection that reads it
+    (`normed_linear`); `LM.fold_norms` sets it for every block."""
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.folds = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
@@ -368,6 +372,12 @@ class LM(nn.Module):
             for layer in self.layers:
                 layer.attn.real_lengths = True
         return why
+
+    def fold_norms(self, on: bool) -> None:
+        """Whether each block's two norms run inside the projections after them for a single
+        token (the default), or apart: what a benchmark sets to time one against the other."""
+        for layer in self.layers:
+            layer.attn_norm.folds = layer.mlp_norm.folds = on
 
     def tie_weights(self) -> None:
         if self.cfg.tie_embeddings and self.head_range is None:

@@ -88,12 +88,13 @@ def _(x, g, w, eps):
     return w.new_empty(1, w.shape[0])
 
 
-def folds(x: torch.Tensor, linear: nn.Linear) -> bool:
-    """Whether `linear(norm(x))` can run as the kernel: one token, a kernel to run it, no
-    gradient wanted, and a plain linear layer with a float weight of x's dtype and no bias (a
-    quantized weight has kernels of its own)."""
+def folds(x: torch.Tensor, norm: nn.Module, linear: nn.Linear) -> bool:
+    """Whether `linear(norm(x))` runs as the kernel: the norm allows it (its `folds`), one
+    token, a kernel to run it, no gradient wanted, and a plain linear layer with a float
+    weight of x's dtype and no bias (a quantized weight has kernels of its own)."""
     weight = linear.weight
-    return (x.numel() == x.shape[-1] and runs_kernels(x) and not torch.is_grad_enabled()
+    return (norm.folds and x.numel() == x.shape[-1] and runs_kernels(x)
+            and not torch.is_grad_enabled()
             and type(linear) is nn.Linear and linear.bias is None
             and type(weight) in (torch.Tensor, nn.Parameter) and weight.dtype == x.dtype)
 
@@ -101,7 +102,7 @@ def folds(x: torch.Tensor, linear: nn.Linear) -> bool:
 def normed_linear(x: torch.Tensor, norm: nn.Module, linear: nn.Linear) -> torch.Tensor:
     """`linear(norm(x))` for an RMSNorm `norm` (its `weight` and `eps`): one kernel for a
     single token where `folds` allows, the two modules otherwise."""
-    if not folds(x, linear):
+    if not folds(x, norm, linear):
         return linear(norm(x))
     y = norm_matvec_op(x.reshape(1, -1), norm.weight, linear.weight, norm.eps)
     return y.reshape(*x.shape[:-1], y.shape[-1])

@@ -54,6 +54,17 @@ def test_a_narrowed_head_counts_only_the_rows_it_reads(peers):
     assert peers.streamed_bytes(kept_whole) == peers.streamed_bytes(full)
 
 
+def test_the_apart_row_keeps_every_norm_apart_and_says_so(peers):
+    args = _args(peers)
+    apart, name = peers.served_model(args, CPU, "none", fold=False)
+    assert not any(layer.attn_norm.folds or layer.mlp_norm.folds for layer in apart.layers)
+    assert name.endswith(", norms apart from their projections")
+    served, name = peers.served_model(args, CPU, "none")
+    assert all(layer.attn_norm.folds and layer.mlp_norm.folds for layer in served.layers)
+    assert name.endswith(", norms apart from their projections"), "no kernel runs on a CPU"
+    assert args.apart and not _args(peers, "--no-apart").apart
+
+
 def test_render_rewrites_the_markdown_from_the_json_with_its_notes(peers, tmp_path):
     from lab.bench.report import run_meta, write_json
 

@@ -42,8 +42,8 @@ def kernel_matches_the_expression(device: str) -> None:
 
 def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
     """A block's MLP on one token computes its norm and gate/up product through the op, as
-    the plain modules would, and compiled gives what eager gives; two tokens take the norm
-    and the linear apart."""
+    the plain modules would, and compiled gives what eager gives; two tokens, or a norm told
+    not to fold, take the norm and the linear apart."""
     from lab.engine.llm import Block, LMConfig
 
     cfg = LMConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1,
@@ -67,6 +67,11 @@ def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
     assert calls.rows == []
     torch.testing.assert_close(two[:1], normed_linear(x, block.attn_norm, block.attn.qkv),
                                rtol=1e-4, atol=1e-4)
+    block.attn_norm.folds = False  # as `LM.fold_norms(False)` sets it
+    with torch.no_grad(), OpCalls(torch.ops.lab.norm_matvec.default) as calls:
+        apart = normed_linear(x, block.attn_norm, block.attn.qkv)
+    assert calls.rows == []
+    torch.testing.assert_close(apart, block.attn.qkv(block.attn_norm(x)))
 
 
 def all_checks(device: str) -> None:
