@@ -4,14 +4,15 @@ In the compiled batch-1 step of the Orpheus-3B shape on an H100, Inductor splits
 from the matrix-vector product that reads it: one kernel sums the squares of the row (1.4-1.6
 us, twice per block), then the product, with the norm's scaling folded into its loads, reads
 the weights (31.5 MB for q/k/v at 2.2 TB/s, 74% of copy bandwidth, where the MLP's gate/up
-product reached 93%). The two norms' own kernels and that shortfall come to about 0.2 ms of a
-2.54 ms step (a kernel profile of `benchmarks/peers.py`'s served row).
+product reached 93%). The two norms' own kernels (84 us a step) and that shortfall (about 90
+us against gate/up's rate) come to about 0.17 ms of a 2.54 ms step (a kernel profile of
+`benchmarks/peers.py`'s served row).
 
 The norm's statistic needs the whole row, and so does every output of the product, which
 streams the row across its columns anyway: each program sums the squares on the way and
 scales its outputs once at the end, y = W (g * x) / sqrt(mean(x^2) + eps). The normalized row
 is never rounded to the weights' dtype, so outputs differ from norm-then-matmul by that
-rounding (about 0.4% in bf16).
+rounding alone.
 
 Only one row takes this path: with more rows the product is a matrix product, which cuBLAS or
 Inductor's templates read once for all rows, and the norm's own kernel is a small share.
