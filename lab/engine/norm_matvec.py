@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from lab.quant.precision import is_quantized
 from lab.quant.triton_site import runs_kernels, tl, triton
 
 
@@ -97,7 +98,7 @@ def folds(x: torch.Tensor, norm: nn.Module, linear: nn.Linear) -> bool:
     return (norm.folds and x.numel() == x.shape[-1] and runs_kernels(x)
             and not torch.is_grad_enabled()
             and type(linear) is nn.Linear and linear.bias is None
-            and type(weight) in (torch.Tensor, nn.Parameter) and weight.dtype == x.dtype)
+            and not is_quantized(weight) and weight.dtype == x.dtype)
 
 
 def normed_linear(x: torch.Tensor, norm: nn.Module, linear: nn.Linear) -> torch.Tensor:

@@ -37,7 +37,6 @@ def family(name: str) -> Family:
 
 
 def load_backend(config: PipelineConfig, device: torch.device) -> Backend:
-    """The family's backend for `config`, refusing knobs the family cannot honour first."""
-    cls = backend_class(config.family)
-    cls.family.check(config)
-    return cls.load(config, device)
+    """The family's backend for `config`, which its `family(...).check` has passed (the
+    pipeline checks before it says anything of loading)."""
+    return backend_class(config.family).load(config, device)
