@@ -14,8 +14,10 @@ dtype in registers and fed to the tensor cores, and the per-row scale is applied
 accumulator: the bytes a step reads stay the int8 weights. `Int8RowsLinear` routes 2 rows or
 more (bf16 or fp16 activations, on CUDA) to the kernel, through a custom op that torch.compile
 keeps opaque, so Inductor cannot turn it back into the slow call; one row, other devices and
-other dtypes keep torchao's path. `route` gives a quantized model's int8 linears that
-behaviour without replacing them, so their weights, names and state stay where they were.
+other dtypes keep torchao's path, except a one-token step's q/k/v and gate/up, which run with
+the norm before them through `lab.quant.matvec` (see `lab.engine.norm_matvec`). `route` gives a
+quantized model's int8 linears that behaviour without replacing them, so their weights, names
+and state stay where they were.
 
 On a CPU without Triton the op computes the same product in eager PyTorch; under Triton's
 interpreter (TRITON_INTERPRET=1, how the tests check the kernel on a CPU) the kernel runs on
@@ -105,15 +107,20 @@ def int8_rows_reference(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tenso
     return ((x.float() @ qdata.float().T) * scale.reshape(1, -1).float()).to(x.dtype)
 
 
-def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the kernel computes `x @ weight.T`: an int8 weight-only weight with one scale
-    per output row, and 2 rows or more of bf16 or fp16 on CUDA (or under the interpreter)."""
-    if not runs_kernels(x) or x.dtype not in FLOAT_ROWS or x.numel() < MIN_ROWS * x.shape[-1]:
-        return False
+def per_row(weight: torch.Tensor) -> bool:
+    """Whether `weight` is int8 weight-only with one scale per output row (no activation
+    quantization): int8 values and scales are all a kernel needs to read."""
     qdata = getattr(weight, "qdata", None)
     return (qdata is not None and qdata.dtype == torch.int8 and qdata.dim() == 2
             and getattr(weight, "act_quant_kwargs", 1) is None
             and list(weight.block_size) == [1, qdata.shape[1]])
+
+
+def takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the kernel computes `x @ weight.T`: a `per_row` weight, and `MIN_ROWS` rows or
+    more of bf16 or fp16 on CUDA (or under the interpreter)."""
+    return (runs_kernels(x) and x.dtype in FLOAT_ROWS and x.numel() >= MIN_ROWS * x.shape[-1]
+            and per_row(weight))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -3,41 +3,71 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 
-from lab.engine.norm_matvec import TILES, launch, normed_linear
+from lab.engine.norm_matvec import normed_linear
+from lab.quant.matvec import Tiles, launch, tiles_for
 from tests.kernels import OpCalls
 
 
-def _plain(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """The norm and the product in float64, nothing rounded between them."""
-    x, g, w = x.double(), g.double(), w.double()
-    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g) @ w.T
+def _plain(x, w, g=None, eps=0.0, scale=None) -> torch.Tensor:
+    """The norm (if g), the product and the scale (if given) in float64, nothing rounded."""
+    x, w = x.double(), w.double()
+    if g is not None:
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g.double()
+    y = x @ w.T
+    return y if scale is None else y * scale.double().reshape(-1)
 
 
 def kernel_matches_the_expression(device: str) -> None:
-    """Outputs and columns below, at and past a tile, every tile shape the probe may pick, in
-    bf16 and fp32, through the op; a row far from unit scale, as residual streams are."""
+    """Outputs and columns below, at and past a tile, several tile shapes, in bf16 and fp32
+    with a float weight, with a norm or without, through the op; a row far from unit scale,
+    as residual streams are."""
     gen = torch.Generator().manual_seed(0)
-    for n, k in ((5, 40), (TILES.rows * 3, TILES.cols), (37, TILES.cols + 72)):
+    big = tiles_for(16384)
+    for n, k in ((5, 40), (big.rows * 3, big.cols), (37, big.cols + 72)):
         x = 30 * torch.randn(k, generator=gen)
         g = 1 + torch.rand(k, generator=gen)
         w = torch.randn(n, k, generator=gen) / k ** 0.5
-        want = _plain(x, g, w, 1e-5)
-        for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
-            xs, gs, ws = (t.to(device, dtype) for t in (x, g, w))
-            got = torch.ops.lab.norm_matvec(xs[None], gs, ws, 1e-5)
-            assert got.shape == (1, n) and got.dtype == dtype
-            torch.testing.assert_close(got[0].double().cpu(), want, rtol=tol, atol=tol)
-            for tiles in (dataclasses.replace(TILES, rows=1, cols=32),
-                          dataclasses.replace(TILES, rows=16, cols=64, warps=2, stages=1)):
-                torch.testing.assert_close(launch(xs, gs, ws, 1e-5, tiles).double().cpu(),
-                                           want, rtol=tol, atol=tol)
-        torch.library.opcheck(torch.ops.lab.norm_matvec.default,
-                              (x[None].to(device), g.to(device), w.to(device), 1e-5))
+        for norm in (g, None):
+            want = _plain(x, w, norm, 1e-5)
+            for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+                xs, ws = x.to(device, dtype), w.to(device, dtype)
+                gs = None if norm is None else norm.to(device, dtype)
+                got = torch.ops.lab.matvec(xs[None], ws, gs, None, 1e-5)
+                assert got.shape == (1, n) and got.dtype == dtype
+                close = {"rtol": tol, "atol": tol * want.abs().max().item()}
+                torch.testing.assert_close(got[0].double().cpu(), want, **close)
+                for tiles in (Tiles(rows=1, cols=32), Tiles(rows=16, cols=64, warps=2), big):
+                    torch.testing.assert_close(
+                        launch(xs, ws, gs, 1e-5, tiles=tiles).double().cpu(), want, **close)
+        torch.library.opcheck(torch.ops.lab.matvec.default,
+                              (x[None].to(device), w.to(device), g.to(device), None, 1e-5))
+
+
+def int8_weights_are_widened_and_scaled(device: str) -> None:
+    """int8 weights with one scale per output, at the tiles chosen for one-byte weights and at
+    others, with a norm and without, bf16 and fp16 rows, the weights a row slice of a larger
+    matrix as a narrowed head hands them."""
+    gen = torch.Generator().manual_seed(1)
+    for n, k in ((7, 40), (70, 1100)):
+        x = 30 * torch.randn(k, generator=gen)
+        g = 1 + torch.rand(k, generator=gen)
+        whole = torch.randint(-127, 128, (n + 6, k), generator=gen, dtype=torch.int8)
+        scale = torch.rand(n + 6, 1, generator=gen) / 100 + 1e-3
+        w, s = whole[3:-3].to(device), scale[3:-3].to(device)
+        for norm in (g, None):
+            want = _plain(x, whole[3:-3], norm, 1e-5, scale[3:-3])
+            for dtype in (torch.bfloat16, torch.float16):
+                xs = x.to(device, dtype)
+                gs = None if norm is None else norm.to(device, dtype)
+                assert tiles_for(n, w.element_size()).cols == 1024
+                for tiles in (None, Tiles(rows=2, cols=64)):
+                    got = launch(xs, w, gs, 1e-5, s, tiles)
+                    assert got.dtype == dtype
+                    torch.testing.assert_close(got.double().cpu(), want, rtol=2e-2,
+                                               atol=2e-2 * want.abs().max().item())
 
 
 def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
@@ -53,7 +83,7 @@ def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
     block.mlp_norm.weight.data.uniform_(0.5, 1.5)
     mlp, norm = block.mlp, block.mlp_norm
     x = 10 * torch.randn(1, 1, cfg.dim, device=device)
-    with torch.no_grad(), OpCalls(torch.ops.lab.norm_matvec.default) as calls:
+    with torch.no_grad(), OpCalls(torch.ops.lab.matvec.default) as calls:
         folded = mlp(x, norm)
         gate, up = mlp.gate_up(norm(x)).chunk(2, dim=-1)
         want = mlp.down(F.silu(gate) * up)
@@ -62,13 +92,13 @@ def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
     with torch.no_grad():
         got = torch.compile(mlp, fullgraph=True)(x, norm)
     torch.testing.assert_close(got, folded, rtol=1e-5, atol=1e-5)
-    with torch.no_grad(), OpCalls(torch.ops.lab.norm_matvec.default) as calls:
+    with torch.no_grad(), OpCalls(torch.ops.lab.matvec.default) as calls:
         two = normed_linear(x.expand(2, 1, -1), block.attn_norm, block.attn.qkv)
     assert calls.rows == []
     torch.testing.assert_close(two[:1], normed_linear(x, block.attn_norm, block.attn.qkv),
                                rtol=1e-4, atol=1e-4)
     block.attn_norm.folds = False  # as `LM.fold_norms(False)` sets it
-    with torch.no_grad(), OpCalls(torch.ops.lab.norm_matvec.default) as calls:
+    with torch.no_grad(), OpCalls(torch.ops.lab.matvec.default) as calls:
         apart = normed_linear(x, block.attn_norm, block.attn.qkv)
     assert calls.rows == []
     torch.testing.assert_close(apart, block.attn.qkv(block.attn_norm(x)))
@@ -76,4 +106,5 @@ def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
 
 def all_checks(device: str) -> None:
     kernel_matches_the_expression(device)
+    int8_weights_are_widened_and_scaled(device)
     one_token_folds_its_norm_compiled_or_not(device)

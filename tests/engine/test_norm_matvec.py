@@ -25,7 +25,7 @@ def test_training_and_a_cpu_without_kernels_take_the_two_modules(monkeypatch):
     x = torch.randn(1, 1, CFG.dim)
     for interpreted, grad in ((True, True), (False, False)):
         monkeypatch.setattr(triton_site, "INTERPRETED", interpreted)
-        with torch.set_grad_enabled(grad), OpCalls(torch.ops.lab.norm_matvec.default) as calls:
+        with torch.set_grad_enabled(grad), OpCalls(torch.ops.lab.matvec.default) as calls:
             y = normed_linear(x, block.attn_norm, block.attn.qkv)
         assert calls.rows == []
         torch.testing.assert_close(y, block.attn.qkv(block.attn_norm(x)))

@@ -45,25 +45,39 @@ def kernel_matches_reference_everywhere(device: str) -> None:
     a_row_slice_of_the_weight_reads_its_own_rows(device)
 
 
-def an_int8_lm_runs_its_rows_through_the_kernel(device: str) -> None:
-    """Quantized with int8-weight, a bf16 LM sends every linear of a batched step, the narrowed
-    head's included, through the kernel, and its logits stay those of torchao's own path."""
+def _lm_against_torchao(device: str, batch: int, length: int, op, per_layer: int) -> None:
+    """Quantized with int8-weight, a bf16 LM sends `per_layer` linears a block (and the
+    narrowed head, if all four) of a step of `batch` x `length` tokens through `op`, and its
+    logits stay those of torchao's own path with the norms apart, compiled or not."""
     from lab.engine import load_lm
     from lab.quant import apply_precision
 
     lm, cfg = load_lm("dummy", shape="tiny-llama", seed=3)
     apply_precision(lm, "bf16", "int8-weight", device)
     lm.narrow_head(10, 200)
-    tokens = torch.randint(0, cfg.vocab_size, (3, 5), generator=torch.Generator().manual_seed(1))
-    tokens, positions = tokens.to(device), torch.arange(5, device=device).expand(3, 5)
-    with torch.no_grad(), OpCalls(torch.ops.lab.int8_rows_mm.default) as calls:
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, length), generator=gen).to(device)
+    positions = torch.arange(length, device=device).expand(batch, length)
+    with torch.no_grad(), OpCalls(op) as calls:
         got = lm(tokens, positions)
-    assert len(calls.rows) == 4 * cfg.n_layers + 1 and set(calls.rows) == {15}, calls.rows
+    with torch.no_grad():
+        compiled = torch.compile(lm, fullgraph=True)(tokens, positions)
+    assert len(calls.rows) == per_layer * cfg.n_layers + (per_layer == 4), calls.rows
+    assert set(calls.rows) == {batch * length}, calls.rows
+    torch.testing.assert_close(compiled, got, rtol=2e-2, atol=2e-2)
     for layer in lm.modules():
         if isinstance(layer, int8_rows.Int8RowsLinear):
             layer.__class__ = torch.nn.Linear
+    lm.fold_norms(False)
     lm.lm_head.forward = lambda x, head=lm.lm_head: torch.nn.functional.linear(x, head.rows)
     with torch.no_grad():
         want = lm(tokens, positions)
     rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert rel < 2e-2, rel
+
+
+def an_int8_lm_runs_its_rows_through_the_kernels(device: str) -> None:
+    """Every linear of a batched step through the rows kernel; a single token's q/k/v and
+    gate/up, with the norm before them, through the one-row kernel."""
+    _lm_against_torchao(device, 3, 5, torch.ops.lab.int8_rows_mm.default, 4)
+    _lm_against_torchao(device, 1, 1, torch.ops.lab.matvec.default, 2)

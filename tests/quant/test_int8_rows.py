@@ -20,8 +20,8 @@ def test_the_kernel_matches_the_float_product_of_its_int8_weights():
     run_check(CHECKS, "kernel_matches_reference_everywhere")
 
 
-def test_a_quantized_lm_sends_its_batched_rows_through_the_kernel():
-    run_check(CHECKS, "an_int8_lm_runs_its_rows_through_the_kernel")
+def test_a_quantized_lm_sends_its_batched_rows_and_its_normed_single_tokens_to_the_kernels():
+    run_check(CHECKS, "an_int8_lm_runs_its_rows_through_the_kernels")
 
 
 @pytest.mark.parametrize(("rows", "block_m"), [(1, 16), (2, 16), (16, 16), (17, 32), (64, 64),
@@ -49,7 +49,7 @@ def test_int8_weight_routes_every_quantized_linear_and_keeps_its_weight():
 
 
 @pytest.mark.parametrize(("quant", "dtype", "rows", "interpreted"), [
-    ("int8-weight", "bf16", 1, True),     # one row: torchao's fused matrix-vector kernel
+    ("int8-weight", "bf16", 1, True),     # one row: lab.quant.matvec or torchao's path
     ("int8-weight", "fp32", 4, True),     # float32 rows: torchao's path
     ("int8-dynamic", "bf16", 4, True),    # int8 activations: not weight-only
     ("int8-weight", "bf16", 4, False),    # a CPU without the interpreter
