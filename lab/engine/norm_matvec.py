@@ -29,20 +29,24 @@ def _operands(x: torch.Tensor, weight: torch.Tensor):
     return None
 
 
-def folds(x: torch.Tensor, norm: nn.Module, linear: nn.Module) -> bool:
-    """Whether `linear(norm(x))` runs as the kernel: the norm allows it (its `folds`), one
-    token, a kernel to run it, no gradient wanted, and a linear layer without bias whose weight
-    the kernel reads (`_operands`; other quantized weights have kernels of their own)."""
-    return (norm.folds and x.numel() == x.shape[-1] and runs_kernels(x)
+def _folded(x: torch.Tensor, norm: nn.Module, linear: nn.Module):
+    """The kernel's (weights, scale) where `linear(norm(x))` runs as the kernel, else None:
+    the norm allows it (its `folds`), one token, a kernel to run it, no gradient wanted, and a
+    linear layer without bias whose weight the kernel reads (`_operands`; other quantized
+    weights have kernels of their own)."""
+    if (norm.folds and x.numel() == x.shape[-1] and runs_kernels(x)
             and not torch.is_grad_enabled() and isinstance(linear, nn.Linear)
-            and linear.bias is None and _operands(x, linear.weight) is not None)
+            and linear.bias is None):
+        return _operands(x, linear.weight)
+    return None
 
 
 def normed_linear(x: torch.Tensor, norm: nn.Module, linear: nn.Module) -> torch.Tensor:
     """`linear(norm(x))` for an RMSNorm `norm` (its `weight` and `eps`): one kernel for a
-    single token where `folds` allows, the two modules otherwise."""
-    if not folds(x, norm, linear):
+    single token where `_folded` allows, the two modules otherwise."""
+    operands = _folded(x, norm, linear)
+    if operands is None:
         return linear(norm(x))
-    weights, scale = _operands(x, linear.weight)
+    weights, scale = operands
     y = matvec(x.reshape(1, -1), weights, norm.weight, scale, norm.eps)
     return y.reshape(*x.shape[:-1], y.shape[-1])
