@@ -48,7 +48,7 @@ from engine_ladder import _free, copy_bandwidth, graphed, load_model, repeated, 
 from tqdm import tqdm
 
 from lab.bench.report import markdown_table, run_meta, save_report
-from lab.engine import generate, hf_generate, to_hf_model
+from lab.engine import generate, hf_generate, norm_matvec, to_hf_model
 from lab.engine.graphs import default_key_buckets
 from lab.models.orpheus_format import AudioTokenConstraint, OrpheusError, OrpheusLayout
 from lab.quant import apply_precision
@@ -166,7 +166,7 @@ def served_model(args, device, quant: str, fold: bool = True):
     if applied != quant:
         precision += f" (asked {quant})"
     norms = ""
-    if applied == "none":
+    if norm_matvec.reads(lm.layers[0].attn.qkv.weight, lm.embed.weight.dtype):
         folded = fold and runs_kernels(lm.embed.weight)
         norms = (", one-token norms in their projections' kernel" if folded
                  else ", norms apart from their projections")

@@ -17,16 +17,22 @@ from lab.quant.matvec import FLOATS, matvec
 from lab.quant.triton_site import runs_kernels
 
 
-def _operands(x: torch.Tensor, weight: torch.Tensor):
-    """(weights, scale) the kernel reads for `weight` against a row x: a plain float weight of
-    x's dtype, or int8 weight-only with one scale per output; None for any other weight. The
-    plain test is on the type itself: traced by torch.compile, a torchao subclass answers
-    `hasattr(w, "__tensor_flatten__")` with False and reports its float dtype."""
+def _operands(weight: torch.Tensor, dtype: torch.dtype):
+    """(weights, scale) the kernel reads for `weight` against rows of `dtype`: a plain float
+    weight of that dtype, or int8 weight-only with one scale per output; None for any other
+    weight. The plain test is on the type itself: traced by torch.compile, a torchao subclass
+    answers `hasattr(w, "__tensor_flatten__")` with False and reports its float dtype."""
     if type(weight) in (torch.Tensor, nn.Parameter):
-        return (weight, None) if weight.dtype == x.dtype else None
-    if int8_rows.per_row(weight) and x.dtype in FLOATS:
+        return (weight, None) if weight.dtype == dtype else None
+    if int8_rows.per_row(weight) and dtype in FLOATS:
         return weight.qdata, weight.scale
     return None
+
+
+def reads(weight: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether the kernel can take `weight` for a single token of `dtype` (where a report says
+    which rows fold their norms)."""
+    return _operands(weight, dtype) is not None
 
 
 def _folded(x: torch.Tensor, norm: nn.Module, linear: nn.Module):
@@ -37,7 +43,7 @@ def _folded(x: torch.Tensor, norm: nn.Module, linear: nn.Module):
     if (norm.folds and x.numel() == x.shape[-1] and runs_kernels(x)
             and not torch.is_grad_enabled() and isinstance(linear, nn.Linear)
             and linear.bias is None):
-        return _operands(x, linear.weight)
+        return _operands(linear.weight, x.dtype)
     return None
 
 

@@ -65,6 +65,15 @@ def test_the_apart_row_keeps_every_norm_apart_and_says_so(peers):
     assert args.apart and not _args(peers, "--no-apart").apart
 
 
+@pytest.mark.parametrize(("quant", "says"), [("int8-weight", True), ("int8-dynamic", False)])
+def test_a_quantized_row_names_its_norms_where_the_kernel_reads_its_weights(peers, quant, says):
+    """int8 weight-only folds a single token's norms as the float model does; int8 with
+    quantized activations has kernels of its own, and its row says nothing of norms."""
+    _, name = peers.served_model(_args(peers), CPU, quant)
+    assert name.endswith(", norms apart from their projections") == says, name
+    assert ("norms" in name) == says, name
+
+
 def test_render_rewrites_the_markdown_from_the_json_with_its_notes(peers, tmp_path):
     from lab.bench.report import run_meta, write_json
 
