@@ -14,15 +14,15 @@ from torch import nn
 
 from lab.quant import int8_rows
 from lab.quant.matvec import FLOATS, matvec
+from lab.quant.precision import is_plain
 from lab.quant.triton_site import runs_kernels
 
 
 def _operands(weight: torch.Tensor, dtype: torch.dtype):
     """(weights, scale) the kernel reads for `weight` against rows of `dtype`: a plain float
     weight of that dtype, or int8 weight-only with one scale per output; None for any other
-    weight. The plain test is on the type itself: traced by torch.compile, a torchao subclass
-    answers `hasattr(w, "__tensor_flatten__")` with False and reports its float dtype."""
-    if type(weight) in (torch.Tensor, nn.Parameter):
+    weight (`is_plain`, since this runs where torch.compile traces)."""
+    if is_plain(weight):
         return (weight, None) if weight.dtype == dtype else None
     if int8_rows.per_row(weight) and dtype in FLOATS:
         return weight.qdata, weight.scale

@@ -252,10 +252,17 @@ def unsupported_reason(quant: str, device: torch.device, dtype: torch.dtype) -> 
     return quant_mode(quant).unavailable(torch.device(device), dtype)
 
 
+def is_plain(t: torch.Tensor) -> bool:
+    """Whether `t` is a plain tensor or parameter. The one test that also holds in code
+    torch.compile traces, where a torchao subclass answers `hasattr(t, "__tensor_flatten__")`
+    with False and reports its float dtype."""
+    return type(t) in (torch.Tensor, nn.Parameter)
+
+
 def is_quantized(t: torch.Tensor) -> bool:
     """Whether `t` is a torchao tensor subclass (quantized data plus scales) rather than a
-    plain tensor or parameter."""
-    return type(t) not in (torch.Tensor, nn.Parameter) and hasattr(t, "__tensor_flatten__")
+    plain tensor or parameter (eager code only: see `is_plain`)."""
+    return not is_plain(t) and hasattr(t, "__tensor_flatten__")
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
