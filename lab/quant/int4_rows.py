@@ -43,6 +43,7 @@ from lab.quant.triton_site import runs_kernels, tl, triton, widens
 MIN_ROWS = 16
 MID = 8  # tinygemm's midpoint: a 4-bit value q means (q - 8) * scale + zero
 WAVES = 3  # grid programs per processor that `splits` aims at
+DEEP = 16384  # outputs from which a layer's loads run 3 stages deep (`tiles`)
 SUM_BLOCK = 1024  # outputs per program when the partial sums are added
 INTERPRETER_PROCESSORS = 4
 
@@ -198,8 +199,12 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
     0.77-0.80 ms at 17 to 32 rows with 32-row tiles:
     `benchmarks/results/linear_kernels_int4_m64.md`), 64-column tiles, 4 warps, 2 stages: with
     the groups split (`splits`), the fastest or within 1% of it at 8 to 64 rows of 18 tried
-    (`linear_kernels_int4_split_tiles.md`, `_few.md`): 0.43-0.48 ms at 16 to 64 rows."""
-    return 64, 64, 4, 2
+    (`linear_kernels_int4_split_tiles.md`, `_few.md`): 0.43-0.48 ms at 16 to 64 rows. Layers
+    of `DEEP` outputs or more, whose tiles fill the device unsplit, take 3 stages: on an H200,
+    Orpheus-3B's gate/up product at 64 rows took 40.7 us with them against 53.2 with 2 (a
+    one-off probe of 90 shapes, 8 weight copies; bf16 27.3), where the other layers moved by
+    under 2%."""
+    return 64, 64, 4, 3 if n >= DEEP else 2
 
 
 @functools.cache
