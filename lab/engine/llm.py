@@ -18,6 +18,7 @@ from torch import nn
 from lab.engine.cache import StaticLayer, read_static, write_kv, write_static
 from lab.engine.decode_attention import check_decode_attention, decode_attention
 from lab.engine.norm_matvec import normed_linear
+from lab.engine.rope_write import rope_write
 from lab.engine.swiglu import swiglu
 from lab.quant import int8_rows
 
@@ -145,10 +146,13 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.dim, out, bias=cfg.qkv_bias)
         self.o = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
         self.real_lengths = False  # decode steps read each slot's own keys (`decode_attention`)
+        self.fuses_rope = True  # and rotate q and k as they write the cache (`rope_write`)
 
     def forward(self, x, norm, cos, sin, bias, positions, slot_index, contiguous, kv):
         """Attention over `norm(x)`: the block's norm comes in so that a single token's norm
         and q/k/v projection can run as one kernel (`normed_linear`)."""
+        if self._rotates_as_it_writes(x.shape[1], contiguous, kv):
+            return self.o(self._attend_rotated(x, norm, cos, sin, positions, kv, bias.shape[-1]))
         q, k, v = self._project(x, norm, cos, sin)
         return self.o(self._attend(q, k, v, bias, positions, slot_index, contiguous, kv))
 
@@ -211,14 +215,35 @@ class Attention(nn.Module):
         """One token per row of slots [0, B) over a static cache."""
         return self.real_lengths and t == 1 and contiguous and isinstance(kv, StaticLayer)
 
+    def _rotates_as_it_writes(self, t, contiguous, kv) -> bool:
+        """A real-lengths decode step (`_reads_real_lengths`) over a cache in the model's
+        dtype, with `fuses_rope` on: an fp8 cache scales each vector as it stores it."""
+        return (self.fuses_rope and self._reads_real_lengths(t, contiguous, kv)
+                and kv.k_scale is None)
+
+    def _attend_rotated(self, x, norm, cos, sin, positions, kv, n_keys):
+        """`_project` and `_attend_real_lengths` with q and k rotated as K/V are written, in
+        one kernel (`rope_write`)."""
+        b, hd = x.shape[0], self.head_dim
+        qkv = normed_linear(x, norm, self.qkv).reshape(b, -1)
+        q = rope_write(qkv, cos.reshape(b, hd), sin.reshape(b, hd), positions[:, 0], kv.k, kv.v,
+                       self.n_heads)
+        return self._attend_written(q, positions, kv, n_keys)
+
     def _attend_real_lengths(self, q, k, v, positions, kv, n_keys):
         """`_attend` for a decode step whose rows are slots [0, B): write K/V, then attend
-        over each row's positions [0, position] only. Rows at the scratch position (padding,
-        past every key bucket) read one key."""
+        (`_attend_written`)."""
         b, _, nh, hd = q.shape
         write_kv(kv, k, v, positions, torch.arange(b, device=q.device))
+        return self._attend_written(q.reshape(b, nh, hd), positions, kv, n_keys)
+
+    def _attend_written(self, q, positions, kv, n_keys):
+        """Attention of q [B, heads, hd], one token a row of slots [0, B) whose K/V are in
+        the cache, over each row's positions [0, position] only. Rows at the scratch position
+        (padding, past every key bucket) read one key."""
+        b, nh, hd = q.shape
         lengths = torch.where(positions[:, 0] < n_keys, positions[:, 0] + 1, 1)
-        q = q.transpose(1, 2).reshape(b, self.n_kv_heads, nh // self.n_kv_heads, hd)
+        q = q.reshape(b, self.n_kv_heads, nh // self.n_kv_heads, hd)
         y = decode_attention(q, kv.k, kv.v, lengths, n_keys, kv.k_scale, kv.v_scale)
         return y.reshape(b, 1, nh * hd)
 
@@ -372,6 +397,12 @@ class LM(nn.Module):
             for layer in self.layers:
                 layer.attn.real_lengths = True
         return why
+
+    def fuse_rope(self, on: bool) -> None:
+        """Whether each block's decode step rotates q and k as it writes the cache, in one
+        kernel (the default), or apart: what a benchmark sets to time one against the other."""
+        for layer in self.layers:
+            layer.attn.fuses_rope = on
 
     def fold_norms(self, on: bool) -> None:
         """Whether each block's two norms run inside the projections after them for a single
