@@ -146,13 +146,15 @@ def served_row(lm, prompt, args, name: str) -> tuple[dict, torch.Tensor | None]:
     return row, None if res is None else res.tokens
 
 
-def served_model(args, device, quant: str, fold: bool = True):
+def served_model(args, device, quant: str, fold: bool = True, rope: bool = True):
     """A fresh model, quantized with `quant` (as a pipeline does at load), then its head
     narrowed to the format's span unless `--no-narrow-head` (as the engine's runner does).
     `fold` False keeps each block's norms apart from the projections after them, where a
-    single token's float step would run them in one kernel (`lab.engine.norm_matvec`)."""
+    single token's float step would run them in one kernel (`lab.engine.norm_matvec`);
+    `rope` False rotates q and k apart from the K/V write (`lab.engine.rope_write`)."""
     lm, cfg = load_model(args, device)
     lm.fold_norms(fold)
+    lm.fuse_rope(rope)
     applied = quant if quant == "none" else apply_precision(lm, args.dtype, quant, device).applied
     span = head_span(cfg) if args.narrow_head else None
     if span:
@@ -162,6 +164,9 @@ def served_model(args, device, quant: str, fold: bool = True):
            else "no GPU: the engine reads real lengths on GPUs only")
     attention = (", attention over real lengths" if why is None
                  else f", attention over the key bucket ({why})")
+    if why is None:
+        attention += (", q/k rotated in the cache write" if rope
+                      else ", rope apart from the cache write")
     precision = args.dtype if applied == "none" else applied
     if applied != quant:
         precision += f" (asked {quant})"
@@ -174,14 +179,18 @@ def served_model(args, device, quant: str, fold: bool = True):
 
 
 def served_rows(args, device, bandwidth: float | None) -> list[dict]:
-    """Each served precision at every batch size; with `--apart`, beside the float row at
-    batch 1 (the one batch size the fold acts on), the same model with its norms apart."""
+    """Each served precision at every batch size; with `--apart`, beside the float rows the
+    same model with its norms apart at batch 1 (the one batch size the fold acts on), and
+    with its rope apart from the K/V write at every batch size."""
     rows = []
-    models = [("none", True, args.batches), *((q, True, args.batches) for q in args.quants)]
-    if args.apart and 1 in args.batches:
-        models.insert(1, ("none", False, [1]))
-    for quant, fold, batches in models:
-        lm, name = served_model(args, device, quant, fold)
+    models = [("none", True, True, args.batches),
+              *((q, True, True, args.batches) for q in args.quants)]
+    if args.apart:
+        models.insert(1, ("none", True, False, args.batches))
+        if 1 in args.batches:
+            models.insert(1, ("none", False, True, [1]))
+    for quant, fold, rope, batches in models:
+        lm, name = served_model(args, device, quant, fold, rope)
         for batch in batches:
             row, _ = served_row(lm, prompt_for(batch, lm.cfg, args, device), args, name)
             rows.append(row)
@@ -244,7 +253,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="narrow the served rows' head to the format's tokens")
     ap.add_argument("--apart", action=argparse.BooleanOptionalAction, default=True,
                     help="add the float model with its norms apart from its projections at "
-                         "batch 1, beside the served row that runs them in one kernel")
+                         "batch 1, and with its rope apart from the K/V write at every batch "
+                         "size, beside the served rows that run each in one kernel")
     ap.add_argument("--device", default="cuda", help="cpu only for a smoke run")
     ap.add_argument("--render", action="store_true",
                     help="rewrite <stem>.md from <stem>.json (notes added to it included)")

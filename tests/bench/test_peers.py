@@ -65,6 +65,16 @@ def test_the_apart_row_keeps_every_norm_apart_and_says_so(peers):
     assert args.apart and not _args(peers, "--no-apart").apart
 
 
+def test_the_rope_apart_row_rotates_apart_from_the_cache_write(peers):
+    """On a CPU the engine reads the key bucket, where neither path acts: the row says so by
+    saying nothing of rope."""
+    apart, name = peers.served_model(_args(peers), CPU, "none", rope=False)
+    assert not any(layer.attn.fuses_rope for layer in apart.layers)
+    served, served_name = peers.served_model(_args(peers), CPU, "none")
+    assert all(layer.attn.fuses_rope for layer in served.layers)
+    assert "rope" not in name and "rope" not in served_name
+
+
 @pytest.mark.parametrize(("quant", "says"), [("int8-weight", True), ("int8-dynamic", False)])
 def test_a_quantized_row_names_its_norms_where_the_kernel_reads_its_weights(peers, quant, says):
     """int8 weight-only folds a single token's norms as the float model does; int8 with
