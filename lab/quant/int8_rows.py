@@ -63,7 +63,7 @@ if triton is not None:
 
 
 WIDE = 4096  # outputs from which a layer's column tiles are 64 wide rather than 32
-DEEP = 16384  # outputs from which they are 128 wide
+WIDEST = 16384  # outputs from which they are 128 wide
 
 
 def tiles(rows: int, n: int) -> tuple[int, int, int, int, int]:
@@ -78,11 +78,11 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int, int]:
     probe; splitting their inputs across programs, as the int4 kernel does, gained nothing).
     On an H200, over 108 shapes at 64 rows (columns 32-256, depth 32-256, 4 or 8 warps, 2-5
     stages; 8 weight copies, a one-off probe), 3 stages were fastest from `WIDE` outputs
-    (q/k/v 18.6 us against 20.7 with 4) and `DEEP` outputs take 128-wide tiles (gate/up 30.2
+    (q/k/v 18.6 us against 20.7 with 4) and `WIDEST` outputs take 128-wide tiles (gate/up 30.2
     against 39.6; bf16 27.6): the served int8 step at batch 64 went from 3.54 to 3.18 ms in
     kernel profiles on two H200s. Weights as the dot's first operand, which Hopper's tensor
     cores can take from registers, were no faster (gate/up 29.2, down 44.8)."""
-    block_n = 128 if n >= DEEP else 64 if n >= WIDE else 32
+    block_n = 128 if n >= WIDEST else 64 if n >= WIDE else 32
     return min(64, max(16, triton.next_power_of_2(rows))), block_n, 256, 4, 3 if n >= WIDE else 4
 
 

@@ -28,6 +28,7 @@ import torch
 from lab.quant.triton_site import tl, triton
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
+TALL = 16384  # outputs from which a program takes 8 of them rather than 4 (`tiles_for`)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def tiles_for(n: int, weight_bytes: int = 2) -> Tiles:
     Inductor's 33.1); one stage was as fast as three. Eight rows leave too few programs below
     about 16k outputs. One-byte weights load twice the columns, the same bytes a load: int8
     q/k/v with its norm took 9.7 us there (Inductor 14.8), gate/up 20.6 (Inductor 38.0)."""
-    return Tiles(rows=8 if n >= 16384 else 4, cols=1024 if weight_bytes == 1 else 512)
+    return Tiles(rows=8 if n >= TALL else 4, cols=1024 if weight_bytes == 1 else 512)
 
 
 if triton is not None:

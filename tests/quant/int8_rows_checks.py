@@ -19,12 +19,12 @@ def _operands(rows: int, n: int, k: int, device: str, dtype=torch.bfloat16):
 
 def kernel_matches_reference(device: str) -> None:
     """Row counts below, at and past a row tile, widths past a column tile (32, from `WIDE`
-    outputs 64 and from `DEEP` 128 wide), and depths that do not divide the kernel's depth
+    outputs 64 and from `WIDEST` 128 wide), and depths that do not divide the kernel's depth
     tile; bf16 and fp16 activations."""
-    wide, deep = int8_rows.WIDE + 40, int8_rows.DEEP + 40
+    wide, widest = int8_rows.WIDE + 40, int8_rows.WIDEST + 40
     for rows, n, k, dtype in ((2, 40, 64, torch.bfloat16), (17, 100, 200, torch.bfloat16),
                               (64, 96, 256, torch.float16), (70, 33, 130, torch.bfloat16),
-                              (3, wide, 96, torch.bfloat16), (3, deep, 96, torch.bfloat16)):
+                              (3, wide, 96, torch.bfloat16), (3, widest, 96, torch.bfloat16)):
         x, qdata, scale = _operands(rows, n, k, device, dtype)
         got = int8_rows.int8_rows_mm(x, qdata, scale)
         want = int8_rows.int8_rows_reference(x, qdata, scale)
