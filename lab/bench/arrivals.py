@@ -41,9 +41,10 @@ def poisson_arrivals(rate: float, count: int, horizon_s: float, seed: int) -> li
     return offsets
 
 
-async def open_loop(offsets: Sequence[float], send: Send) -> None:
-    """Start each request at its offset from now, never waiting for an earlier one to end."""
-    start = time.perf_counter()
+async def open_loop(offsets: Sequence[float], send: Send, start: float | None = None) -> None:
+    """Start each request at its offset from `start` (a `time.perf_counter()` instant; now by
+    default), never waiting for an earlier one to end."""
+    start = time.perf_counter() if start is None else start
     tasks = []
     for offset in offsets:
         due = start + offset

@@ -324,6 +324,25 @@ SLICE_S = 3.0
 """The width of the slices that reports follow open-loop points over time in."""
 
 
+LAG_WARN_MS = 25.0
+"""Requests started later than this after they were due (p99) mean the load generator's event
+loop fell behind: a tenth of the 250 ms a first audio may take."""
+
+
+def lag_lines(rows: Sequence[PointSummary]) -> list[str]:
+    """A warning under the table for points where the load generator itself fell behind,
+    since what it measured there includes its own delay; nothing when it kept up."""
+    late = [r for r in rows if r.lag_p99_ms is not None and r.lag_p99_ms > LAG_WARN_MS]
+    if not late:
+        return []
+    points = ", ".join(f"{r.load:g}{'/s' if 'open' in r.shape else ' in flight'} "
+                       f"({r.lag_p99_ms:.0f} ms)" for r in late)
+    return ["", f"The load generator fell behind at {points}: it started requests that late "
+                "after they were due (p99), so time to first audio and the real-time check "
+                "there include its own delay. More sending processes (`lab loadtest "
+                "--processes N`) keep it out of the measurement."]
+
+
 def capacity_lines(rows: Sequence[dict]) -> list[str]:
     """`capacity` as a report's lines under its table; nothing without rows."""
     if not rows:
@@ -410,7 +429,8 @@ def write_markdown(path: Path, result: dict) -> None:
              f"{meta.get('date', '')}",
              f"- Model `{meta.get('model') or '(the server default)'}`, voice "
              f"`{meta.get('voice')}`, format {meta.get('format')}",
-             "", markdown_table(table_rows(rows)), *capacity_lines(table_rows(rows)), "",
+             "", markdown_table(table_rows(rows)), *capacity_lines(table_rows(rows)),
+             *lag_lines(rows), "",
              "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     path.write_text("\n".join(lines) + "\n")

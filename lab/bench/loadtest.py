@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import shlex
@@ -33,12 +34,13 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
-from lab.bench.arrivals import closed_loop, open_loop, poisson_arrivals
+from lab.bench.arrivals import poisson_arrivals
 from lab.bench.load_report import (
     TTFA_PARTS,
     PointSummary,
     RequestRecord,
     capacity_lines,
+    lag_lines,
     result_of,
     summarize,
     table_rows,
@@ -47,6 +49,7 @@ from lab.bench.load_report import (
     write_json,
     write_markdown,
 )
+from lab.bench.load_shares import Senders, deal, send_share
 from lab.bench.loopback import loopback_client, loopback_url
 from lab.bench.playback import Timeline
 from lab.bench.speech_stream import FORMATS, StreamFailed, audio_counter
@@ -55,6 +58,9 @@ SPEECH_PATH = "/v1/audio/speech"
 MODELS_PATH = "/v1/models"
 SAMPLE_RATE_HEADER = "x-sample-rate"
 SERVER_TIMING_HEADER = "server-timing"
+MAX_PROCESSES = 64
+"""The most sending processes a run may start: each imports the lab, so a typo of 1000 would
+take the machine's memory before it sent anything."""
 
 
 class LoadTestError(RuntimeError):
@@ -91,6 +97,7 @@ class LoadPlan:
     texts: tuple[str, ...]
     seed: int
     warmup: int
+    processes: int = 1
 
     def points(self) -> list[tuple[str, float]]:
         return [("closed", c) for c in self.concurrency] + [("open", r) for r in self.rates]
@@ -180,29 +187,36 @@ def draw_texts(sets: tuple[str, ...], count: int, seed: int) -> list[str]:
 
 
 async def run_point(client: httpx.AsyncClient, target: SpeechTarget, plan: LoadPlan,
-                    shape: str, load: float) -> tuple[list[RequestRecord], float]:
-    """Every request of one load point, and its wall time from its start to its last answer.
+                    shape: str, load: float, senders: Senders | None = None
+                    ) -> tuple[list[RequestRecord], float]:
+    """Every request of one load point, and its wall time from its start to its last answer;
+    from the `senders`' processes where given, else on this event loop with `client`.
 
     Every point draws the same sentences and, in the open loop, the same arrival gaps scaled
     to its rate, so two points differ in their load and in nothing else."""
-    texts = iter(draw_texts(plan.texts, plan.requests, plan.seed))
+    texts = draw_texts(plan.texts, plan.requests, plan.seed)
     offsets = [] if shape == "closed" else poisson_arrivals(load, plan.requests,
                                                              plan.duration_s, plan.seed)
-    records: list[RequestRecord] = []
+    shares = deal(shape, load, texts, offsets, plan.processes if senders else 1)
     bar = tqdm(total=len(offsets) or plan.requests, desc=f"{shape} {load:g}", unit="req")
-    origin = time.perf_counter()
+    failed = 0
 
-    async def send(due: float) -> None:
-        records.append(await speak(client, target, next(texts), due, shape, load, origin))
+    def heard(error: bool) -> None:
+        nonlocal failed
+        failed += error
         bar.update(1)
-        bar.set_postfix(errors=sum(r.error is not None for r in records))
+        bar.set_postfix(errors=failed)
 
-    if shape == "closed":
-        await closed_loop(int(load), send, plan.requests, plan.duration_s)
+    if senders is None:
+        origin = time.perf_counter()
+        records = await send_share(speak, client, target, shares[0], shape, load,
+                                   plan.duration_s, origin, lambda r: heard(r.error is not None))
+        wall_s = time.perf_counter() - origin
     else:
-        await open_loop(offsets, send)
+        records, wall_s = await asyncio.to_thread(senders.send, speak, target, shares, shape,
+                                                  load, plan.duration_s, heard)
     bar.close()
-    return records, time.perf_counter() - origin
+    return records, wall_s
 
 
 @dataclass(frozen=True)
@@ -256,14 +270,17 @@ async def run_load(target: SpeechTarget, plan: LoadPlan,
         errors = [r.error for r in warm if r.error is not None]
         if warm and len(errors) == len(warm):
             return LoadResult(target, rows, records, errors)
-        for shape, load in plan.points():
-            if before_point is not None:
-                before_point()
-            point, wall_s = await run_point(client, target, plan, shape, load)
-            rows.append(summarize(point, shape, load, wall_s))
-            records += point
-            if on_point is not None:
-                on_point(LoadResult(target, list(rows), list(records), errors))
+        with contextlib.ExitStack() as stack:
+            senders = (stack.enter_context(Senders(plan.processes))
+                       if plan.processes > 1 else None)
+            for shape, load in plan.points():
+                if before_point is not None:
+                    before_point()
+                point, wall_s = await run_point(client, target, plan, shape, load, senders)
+                rows.append(summarize(point, shape, load, wall_s))
+                records += point
+                if on_point is not None:
+                    on_point(LoadResult(target, list(rows), list(records), errors))
     return LoadResult(target, rows, records, errors)
 
 
@@ -306,6 +323,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the lab's sentence sets to draw from (default short,medium)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seeds the sentence draw and the arrival times")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="processes that send the load, each with its own event loop "
+                             "(default 1); one reading a few hundred streams falls behind, "
+                             "and its delay counts against the server")
     parser.add_argument("--format", choices=FORMATS, default="pcm",
                         help="pcm and wav stream bytes; sse streams PCM in server-sent events")
     parser.add_argument("--sample-rate", type=int, default=22050,
@@ -334,11 +355,13 @@ def plan_of(args: argparse.Namespace) -> tuple[SpeechTarget, LoadPlan]:
             raise ValueError(f"--{name} {getattr(args, name)} must be > 0")
     if args.warmup < 0:
         raise ValueError(f"--warmup {args.warmup} must be >= 0")
+    if not 1 <= args.processes <= MAX_PROCESSES:
+        raise ValueError(f"--processes {args.processes} must lie in [1, {MAX_PROCESSES}]")
     target = SpeechTarget(speech_url(args.url), args.model, args.voice, args.format,
                           args.sample_rate, args.timeout)
     concurrency = args.concurrency or (() if args.rates else (1, 2, 4, 8))
     plan = LoadPlan(tuple(concurrency), tuple(args.rates), args.requests, args.duration,
-                    _sentence_sets(args.texts), args.seed, args.warmup)
+                    _sentence_sets(args.texts), args.seed, args.warmup, args.processes)
     return target, plan
 
 
@@ -380,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
     write_json(paths["json"], saved)
     write_markdown(paths["md"], saved)
     print(markdown_table(table_rows(result.rows)))
-    print("\n".join(capacity_lines(table_rows(result.rows))))
+    print("\n".join(capacity_lines(table_rows(result.rows)) + lag_lines(result.rows)))
     split = ttfa_parts(result.records)
     if split:
         print(f"\nTime to first audio by the server's Server-Timing: {TTFA_PARTS}")
@@ -396,7 +419,8 @@ def command_of(target: SpeechTarget, plan: LoadPlan, stem: str) -> str:
     script). The folder it was saved in is left out: that is the machine's, not the load's."""
     values = {"concurrency": plan.concurrency, "rates": plan.rates, "requests": plan.requests,
               "duration": plan.duration_s, "timeout": target.timeout_s, "warmup": plan.warmup,
-              "texts": plan.texts, "seed": plan.seed, "format": target.format,
+              "texts": plan.texts, "seed": plan.seed, "processes": plan.processes,
+              "format": target.format,
               "sample-rate": target.sample_rate, "model": target.model, "voice": target.voice,
               "stem": stem}
     parts = ["lab", "loadtest", target.url]

@@ -24,13 +24,15 @@ from lab.bench.load_report import (
     capacity,
     dry_streams,
     figure,
+    lag_lines,
     over_time,
     percentile,
     summarize,
     timeline_figure,
     ttfa_parts,
 )
-from lab.bench.loadtest import main, server_timing, speech_url
+from lab.bench.load_shares import deal
+from lab.bench.loadtest import draw_texts, main, server_timing, speech_url
 from lab.bench.loopback import NotLoopback, is_loopback_host, loopback_url
 from lab.bench.playback import Timeline
 from lab.bench.speech_stream import PcmCounter, SseCounter, WavCounter, audio_counter
@@ -323,6 +325,40 @@ def test_over_time_finds_the_burst_behind_a_tail():
         over_time(records, 0)
 
 
+def test_the_lag_warning_names_the_points_where_the_generator_fell_behind():
+    def row(load, lag_s):
+        return summarize([replace(record(0.1, 0.2), lag_s=lag_s)], "open", load, wall_s=1.0)
+
+    assert lag_lines([row(8, 0.004), row(16, 0.010)]) == []
+    lines = lag_lines([row(8, 0.004), row(16, 0.030), row(32, 0.900)])
+    assert "fell behind at 16/s (30 ms), 32/s (900 ms)" in lines[-1]
+    assert "8/s" not in lines[-1] and "--processes N" in lines[-1]
+
+
+# --- a point spread over processes ------------------------------------------------------
+
+
+def test_dealt_open_loop_shares_keep_every_arrival_and_its_sentence():
+    offsets = poisson_arrivals(20, 11, 60, seed=3)
+    texts = [f"sentence {i}" for i in range(11)]
+    shares = deal("open", 20, texts, offsets, 3)
+    assert [len(s.offsets) for s in shares] == [4, 4, 3]
+    pairs = sorted(pair for s in shares for pair in zip(s.offsets, s.texts, strict=True))
+    assert pairs == list(zip(offsets, texts, strict=True))
+    assert all(s.users == 0 for s in shares)
+    assert len(deal("open", 20, texts[:2], offsets[:2], 8)) == 2  # no share without arrivals
+
+
+def test_dealt_closed_loop_shares_split_users_and_sentences():
+    texts = [f"sentence {i}" for i in range(10)]
+    shares = deal("closed", 5, texts, [], 2)
+    assert [s.users for s in shares] == [3, 2]
+    assert sorted(t for s in shares for t in s.texts) == sorted(texts)
+    assert [s.users for s in deal("closed", 2, texts, [], 4)] == [1, 1]  # no idle process
+    with pytest.raises(ValueError, match="processes=0 must be >= 1"):
+        deal("closed", 2, texts, [], 0)
+
+
 # --- whole runs against real servers on 127.0.0.1 ---------------------------------------
 
 
@@ -418,11 +454,38 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
     assert md.startswith(f"# Load test of {voice_server.url}/v1/audio/speech")
     assert (f"Load: `lab loadtest {voice_server.url}/v1/audio/speech --concurrency 1,2 --rates "
             "1.5 --requests 4 --duration 60 --timeout 60 --warmup 1 --texts short --seed 0 "
-            "--format pcm --sample-rate 22050 --model piper-vits --voice default --stem run`"
+            "--processes 1 --format pcm --sample-rate 22050 --model piper-vits --voice default "
+            "--stem run`"
             ) in md
     assert "| closed | 2 |" in md and "| outside ms |" in md and "### open 1.5/s over time" in md
     assert "- open: every stream in real time up to 1.5/s" in md
     _a_note_added_to_the_json_survives_a_render(tmp_path, report)
+
+
+def test_a_point_sent_from_two_processes_is_the_same_load(voice_server, tmp_path):
+    """Spread over processes, the server gets the one-process schedule and sentences, and
+    every request is measured from the shared start."""
+    code, report = run_loadtest(voice_server.url, tmp_path, "--rates", "2", "--requests", "5",
+                                "--concurrency", "3", "--processes", "2", "--warmup", "0")
+    assert code == 0
+    assert "--processes 2" in report["meta"]["command"]
+    opened = [r for r in report["requests"] if r["shape"] == "open"]
+    closed = [r for r in report["requests"] if r["shape"] == "closed"]
+    schedule = poisson_arrivals(2, 5, 60, seed=0)
+    assert [r["due_s"] for r in opened] == pytest.approx(schedule, abs=1e-3)
+    texts = draw_texts(("short",), 5, 0)
+    assert [r["chars"] for r in opened] == [len(t) for t in texts]
+    assert sorted(r["chars"] for r in closed) == sorted(len(t) for t in texts)
+    for req in opened + closed:
+        assert req["error"] is None and 0 < req["ttfa_s"] < req["latency_s"]
+        assert req["lag_s"] < 0.5 and req["audio_s"] > 1.0
+    assert [r["requests"] for r in report["rows"]] == [5, 5]
+
+
+def test_a_bad_process_count_is_refused_before_any_request(tmp_path, capsys):
+    code, report = run_loadtest("http://127.0.0.1:9", tmp_path, "--processes", "0")
+    assert code == 2 and report == {}
+    assert "--processes 0 must lie in [1, 64]" in capsys.readouterr().err
 
 
 def _a_note_added_to_the_json_survives_a_render(tmp_path, report):

@@ -102,7 +102,8 @@ def test_a_sweeps_report_names_the_load_as_one_lab_loadtest_command(tmp_path):
     assert log.meta["command"] == (
         "lab loadtest http://127.0.0.1:8123/v1/audio/speech --concurrency 1,2 --rates 0.5 "
         f"--requests 3 --duration 30 --timeout 60 --warmup {serve_tab.WARMUP} --texts short "
-        "--seed 0 --format pcm --sample-rate 22050 --model cpu-default --voice default "
+        "--seed 0 --processes 1 --format pcm --sample-rate 22050 --model cpu-default "
+        "--voice default "
         f"--stem {log.json_path.stem}")
 
 
