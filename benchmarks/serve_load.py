@@ -377,6 +377,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--texts", default="short,medium")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="processes that send each point over HTTP (`lab loadtest "
+                             "--processes`): one falls behind past a few hundred streams")
     parser.add_argument("--format", default="pcm", choices=("pcm", "wav", "sse"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--slots", type=int, default=None, help="the server's (default: its own)")
@@ -404,7 +407,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     plan = LoadPlan(tuple(int(c) for c in args.concurrency.split(",") if c),
                     _rates(args.rates), args.requests,
-                    args.duration, tuple(args.texts.split(",")), args.seed, args.warmup)
+                    args.duration, tuple(args.texts.split(",")), args.seed, args.warmup,
+                    args.processes)
     result = measure(args, plan, lambda draft: write(draft, args.out, args.stem))
     write(result, args.out, args.stem)
     print(markdown_table(result["table"]))

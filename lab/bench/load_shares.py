@@ -112,8 +112,14 @@ class Senders:
         context = multiprocessing.get_context("spawn")
         self._news = context.Queue()
         self._pool = context.Pool(processes, initializer=_listen, initargs=(self._news,))
-        for _ in range(processes):
-            self._news.get(timeout=READY_TIMEOUT_S)
+        self._closed = False
+        try:
+            for _ in range(processes):
+                self._news.get(timeout=READY_TIMEOUT_S)
+        except queue.Empty:
+            self.close()
+            raise RuntimeError(f"the {processes} sending processes did not all start within "
+                               f"{READY_TIMEOUT_S:g} s") from None
 
     def send(self, speak: Speak, target, shares: Sequence[Share], shape: str, load: float,
              duration_s: float, heard: Callable[[bool], None]
@@ -132,6 +138,8 @@ class Senders:
             heard(failed)
 
         while not all(p.ready() for p in pending):
+            if self._closed:  # stopped from the event loop's thread (Ctrl-C): do not wait on
+                raise RuntimeError("the sending processes were stopped mid-point")
             self._relay(tell, timeout=0.2)
         parts = [p.get() for p in pending]
         records = sorted((r for part, _ in parts for r in part), key=lambda r: r.due_s)
@@ -153,6 +161,7 @@ class Senders:
             return True
 
     def close(self) -> None:
+        self._closed = True
         self._pool.terminate()
         self._pool.join()
 
