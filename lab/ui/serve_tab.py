@@ -46,7 +46,14 @@ from lab.bench.load_report import (
     write_json,
     write_markdown,
 )
-from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, command_of, run_load
+from lab.bench.loadtest import (
+    MAX_PROCESSES,
+    LoadPlan,
+    LoadResult,
+    SpeechTarget,
+    command_of,
+    run_load,
+)
 from lab.bench.report import run_meta
 from lab.frontend import list_sentence_sets, sentence_set
 from lab.metrics.events import BENCHMARK, events
@@ -94,11 +101,14 @@ def parse_loads(raw: str, kind: type, what: str) -> tuple:
 
 
 def make_plan(concurrency: str, rates: str, requests: float, duration_s: float,
-              sets: list[str]) -> LoadPlan:
+              sets: list[str], processes: float = 1) -> LoadPlan:
     """The sweep the boxes describe, checked before any request (ValueError if not)."""
+    if not 1 <= int(processes or 0) <= MAX_PROCESSES:
+        raise ValueError(f"sending processes must lie in [1, {MAX_PROCESSES}], got {processes}")
     plan = LoadPlan(parse_loads(concurrency, int, "concurrency"),
                     parse_loads(rates, float, "arrival rates"), int(requests),
-                    float(duration_s), tuple(sets or ()), seed=0, warmup=WARMUP)
+                    float(duration_s), tuple(sets or ()), seed=0, warmup=WARMUP,
+                    processes=int(processes))
     if not plan.points():
         raise ValueError("give concurrency levels, arrival rates, or both")
     if not plan.texts:
@@ -275,6 +285,11 @@ def build(ctx: LabContext) -> None:
         duration = gr.Number(30, minimum=1, label="Most seconds per point",
                              elem_id="serve-duration")
         timeout = gr.Number(60, minimum=1, label="Request timeout (s)", elem_id="serve-timeout")
+        processes = gr.Number(1, minimum=1, maximum=MAX_PROCESSES, precision=0,
+                              label="Sending processes", elem_id="serve-processes",
+                              info="one reading a few hundred streams falls behind, and its "
+                                   "delay counts against the server; more start with each "
+                                   "point")
     with gr.Row():
         go = gr.Button("Run sweep", variant="primary", elem_id="serve-go")
         cancel_button = gr.Button("Cancel", variant="stop", elem_id="serve-cancel")
@@ -348,7 +363,7 @@ def build(ctx: LabContext) -> None:
             if target is None:
                 raise ValueError("start a server or attach to one first")
             plan = make_plan(data[concurrency], data[rates], data[requests], data[duration],
-                             data[sets])
+                             data[sets], data[processes])
             speech = target.speech(float(data[timeout]))
         except ValueError as err:
             gr.Warning(str(err))
@@ -392,7 +407,7 @@ def build(ctx: LabContext) -> None:
     attach.click(on_attach, url, shown, concurrency_limit=1)
     stop.click(on_stop, None, shown, concurrency_limit=1)
     timer.tick(on_tick, None, metrics, show_progress="hidden")
-    go.click(on_sweep, {concurrency, rates, requests, duration, timeout, sets},
+    go.click(on_sweep, {concurrency, rates, requests, duration, timeout, sets, processes},
              [sweep_status, results, split, load_chart, hw_chart, files], concurrency_limit=1,
              show_progress_on=[sweep_status])
     # No `cancels=`: the sweep ends by itself within a moment, so its last word is not lost.

@@ -8,6 +8,7 @@ The app runs as a subprocess exactly as a user starts it (see browser.py); it ha
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 
@@ -59,8 +60,10 @@ def test_start_sweep_and_stop_a_server(app, page):
     page.fill("#serve-concurrency textarea", "1, 2")
     page.fill("#serve-requests input[type=number]", "2")
     page.press("#serve-requests input[type=number]", "Enter")
+    page.fill("#serve-processes input[type=number]", "2")  # the cancel below runs with them
+    page.press("#serve-processes input[type=number]", "Enter")
     page.click("#serve-go")
-    done = wait_text(page, "#serve-sweep-status", "2/2 points", "⚠️")
+    done = wait_text(page, "#serve-sweep-status", "2/2 points ·", "⚠️")  # not the bar's
     assert "2/2 points" in done and f"telemetry: {gpu_status()}" in done, done
     assert "Capacity so far: closed: every stream in real time up to 2 in flight" in done, done
     page.wait_for_selector("#serve-chart .js-plotly-plot", timeout=30_000)
@@ -82,6 +85,8 @@ def test_start_sweep_and_stop_a_server(app, page):
         for part in ("ttfa ms", "outside ms", "queue ms", "first-audio ms", "engine ms"):
             assert re.fullmatch(r"\d+ / \d+ / \d+", row[part]), row
     assert re.search(r"serve-[\d-]+\s*\.md", page.inner_text("#serve-files"))
+    (report,) = (app.data_dir / "loadtest").glob("*.json")
+    assert "--processes 2" in json.loads(report.read_text())["meta"]["command"]
     assert "200: 5" in wait_text(page, "#serve-metrics", "200: 5"), "warm-up + 2 + 2 answered"
     line = wait_text(page, "#serve-metrics", "serving thread")  # from the second look on
     assert re.search(r"serving thread on host work \d+% since the last look", line), line

@@ -84,6 +84,12 @@ def test_a_sweep_is_checked_before_any_request(concurrency, rates, sets, error):
         serve_tab.make_plan(concurrency, rates, 10, 30, sets)
 
 
+@pytest.mark.parametrize("processes", [0, 65])
+def test_sending_processes_are_checked_before_any_request(processes):
+    with pytest.raises(ValueError, match=r"sending processes must lie in \[1, 64\]"):
+        serve_tab.make_plan("1", "", 10, 30, ["short"], processes)
+
+
 def test_each_point_runs_alone_and_only_the_first_warms_up():
     plan = serve_tab.make_plan("1, 2", "0.5", 3, 30, ["short"])
     assert plan.points() == [("closed", 1), ("closed", 2), ("open", 0.5)]
