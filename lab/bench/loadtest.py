@@ -10,7 +10,9 @@ have stalled (`lab.bench.playback`). Closed-loop points keep N requests in fligh
 points send Poisson arrivals at a rate without waiting for answers (`lab.bench.arrivals`).
 Every point stops after `--requests` requests or `--duration` seconds, whichever comes first,
 and each request after `--timeout`, so a run is bounded by points x (duration + timeout).
-Only loopback URLs are accepted (`lab.bench.loopback`).
+Only loopback URLs are accepted (`lab.bench.loopback`). `--processes N` sends every point from
+N processes (`lab.bench.load_shares`), so that a load of a few hundred streams measures the
+server rather than the client's own event loop; the report warns where requests went out late.
 
 Writes `<stem>.json` (every request) and `<stem>.html` (plotly, self-contained) under
 `--out`, and prints the summary table. Exit code 0 when any request got audio, 1 when none
