@@ -52,6 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lab.bench.in_process import one_in_process, open_in_process, thread_clock
 from lab.bench.load_report import (
+    LAG_WARN_MS,
     PointSummary,
     RequestRecord,
     capacity_lines,
@@ -70,7 +71,6 @@ from lab.pipeline import Pipeline
 from lab.serve.child import ServeProcess
 from lab.serve.server import SWITCH_INTERVAL_MS, hand_over_lock
 
-LAG_NOTE_MS = 50.0
 PARTIAL = ("Partial: saved before the run's last load point ended; a run that completes "
            "replaces it.")
 NOTES = [
@@ -196,9 +196,10 @@ def serve(preset: str, overrides: list[str], threads: int, slots: int | None,
 def anomalies_of(rows: list[dict], fallbacks: list[str]) -> list[str]:
     """What the run itself says is off: a load generator that fell behind, and every
     fallback the server reported (a slower path than its preset asks for)."""
-    late = [r for r in rows if (r.get("lag_p99_ms") or 0) > LAG_NOTE_MS]
+    late = [r for r in rows if (r.get("lag_p99_ms") or 0) > LAG_WARN_MS]
     return [*(f"The load generator sent requests late at {r['shape']} {r['load']:g} (lag p99 "
-              f"{r['lag_p99_ms']:.0f} ms); that lag is inside those rows' ttfa." for r in late),
+              f"{r['lag_p99_ms']:.0f} ms); that lag is inside those rows' ttfa "
+              "(over HTTP, --processes N sends from more processes)." for r in late),
             *(f"The server fell back: {note}" for note in fallbacks)]
 
 

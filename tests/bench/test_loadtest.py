@@ -326,11 +326,11 @@ def test_over_time_finds_the_burst_behind_a_tail():
 
 
 def test_the_lag_warning_names_the_points_where_the_generator_fell_behind():
-    def row(load, lag_s):
-        return summarize([replace(record(0.1, 0.2), lag_s=lag_s)], "open", load, wall_s=1.0)
+    def point(load, lag_s):
+        return [replace(record(0.1, 0.2), shape="open", load=load, lag_s=lag_s)] * 3
 
-    assert lag_lines([row(8, 0.004), row(16, 0.010)]) == []
-    lines = lag_lines([row(8, 0.004), row(16, 0.030), row(32, 0.900)])
+    assert lag_lines(point(8, 0.004) + point(16, 0.010)) == []
+    lines = lag_lines(point(8, 0.004) + point(16, 0.030) + point(32, 0.900))
     assert "fell behind at 16/s (30 ms), 32/s (900 ms)" in lines[-1]
     assert "8/s" not in lines[-1] and "--processes N" in lines[-1]
 
