@@ -57,6 +57,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "max_chars": (1, 100_000),
     "mixed_prefill": (0, 512),
     "admit_lead_ms": (0, 5000),
+    "admit_round_ms": (0, 1000),
     "seed": (0, 2**31 - 1),
 }
 SAMPLING_LIMITS: dict[str, tuple[float, float]] = {
@@ -112,7 +113,12 @@ class PipelineConfig:
     `admit_lead_ms` > 0 lets new streams into the engine one a step, and none while a stream
     past its first chunk holds less audio than that: under a burst of arrivals, new streams
     wait for their first audio instead of every stream running dry (0: whoever fits a free
-    slot). The presets leave it off (`docs/serving.md` says why).
+    slot). The presets leave it off (`docs/serving.md` says why). `admit_round_ms` > 0 gates
+    admission by the engine's own pace instead: new streams go in one a step, and none while
+    its recent rounds (a step with the codec work it made due, averaged over the last
+    `ROUND_WINDOW`) took longer than that, so the streams a GPU takes in are the ones its speed
+    keeps in real time, whatever the slot count (a stream at Orpheus' 82 tokens a second needs a
+    round every 12.2 ms; a ceiling below that leaves room for bursts). Off in the presets.
     `codec_side_stream` decodes codec windows on a second CUDA stream, so the next decode step
     runs while they decode instead of after them. `codec_dtype` is the codec's own precision
     ("auto": the family's choice), apart from the LM's `dtype`: under many streams the codec
@@ -142,6 +148,7 @@ class PipelineConfig:
     kv_dtype: str = "auto"
     mixed_prefill: int = 0
     admit_lead_ms: float = 0.0
+    admit_round_ms: float = 0.0
     prefix_cache: bool = False
     codec_side_stream: bool = False
     continuous_batching: bool = True

@@ -145,7 +145,7 @@ def greedy_by_serving_knobs():
              "codec_bf16": {"codec_dtype": "bf16"},
              "first": {"first_chunk_frames": 3},
              "wait": {"first_chunk_frames": 2, "first_chunk_wait": 2},
-             "admit": {"admit_lead_ms": 150.0}}
+             "admit": {"admit_lead_ms": 150.0, "admit_round_ms": 5.0}}
     return {name: Pipeline(load_preset("orpheus-tiny-cpu", **extra,
                                        sampling={"temperature": 0.0, "max_tokens": 42}))
             for name, extra in knobs.items()}
@@ -217,6 +217,7 @@ def test_holding_admission_reaches_the_engine_and_leaves_the_audio_alone(
     pins the holding itself with a test clock)."""
     pipe, plain = greedy_by_serving_knobs["admit"], greedy_by_serving_knobs["plain"]
     assert (pipe.backend.tts.admit_lead_s, plain.backend.tts.admit_lead_s) == (0.15, 0.0)
+    assert (pipe.backend.tts.admit_round_s, plain.backend.tts.admit_round_s) == (0.005, 0.0)
     texts = [*TEXTS, "Four.", "Five is here.", "And six."]  # more sentences than slots
     for ours, theirs in zip(pipe.synthesize_batch(texts), plain.synthesize_batch(texts),
                             strict=True):

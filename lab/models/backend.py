@@ -72,9 +72,10 @@ class Family:
 @dataclass(frozen=True)
 class EngineQueue:
     """A family's own engine as it stands now: requests it holds back (no free slot yet, or
-    shut out by the `admit_lead_ms` gate), the steps that gate has been shut so far, and the
-    seconds the serving thread has waited for the device's tokens. A server's queue only sees
-    requests waiting for one of its slots; these wait inside the pipeline after taking one."""
+    shut out by the `admit_lead_ms` or `admit_round_ms` gate), the steps that gate has been
+    shut so far, and the seconds the serving thread has waited for the device's tokens. A
+    server's queue only sees requests waiting for one of its slots; these wait inside the
+    pipeline after taking one."""
 
     waiting: int
     held_steps: int

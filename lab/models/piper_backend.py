@@ -38,7 +38,8 @@ PIPER_FAMILY = Family(
         "precision (the run's fallback notes say so)"),
     unsupported={
         **dict.fromkeys(("kv_cache", "kv_dtype", "mixed_prefill", "prefix_cache",
-                         "continuous_batching", "admit_lead_ms", "sampling"),
+                         "continuous_batching", "admit_lead_ms", "admit_round_ms",
+                         "sampling"),
                         NOT_AUTOREGRESSIVE),
         "cuda_graphs": "CUDA graphs need fixed shapes, and the voice's durations vary per text",
         "codec_side_stream": "its vocoder renders each chunk from frames it already has, so "

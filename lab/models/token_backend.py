@@ -101,7 +101,7 @@ def tts_options(cfg: PipelineConfig) -> dict:
     """`TokenTTS`'s streaming and sampling settings from the config, the same for every family."""
     return {"window": stream_window(cfg), "side_stream": cfg.codec_side_stream,
             "sampling": sampling_params(cfg.sampling, seed=cfg.seed),
-            "admit_lead_s": cfg.admit_lead_ms / 1000}
+            "admit_lead_s": cfg.admit_lead_ms / 1000, "admit_round_s": cfg.admit_round_ms / 1000}
 
 
 class TokenBackend:

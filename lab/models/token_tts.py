@@ -39,6 +39,11 @@ def limit_note(tokens: int) -> str:
             "stopped there")
 
 
+ROUND_WINDOW = 16
+"""Steps the engine's round time is averaged over (`TokenTTS.round_s`): long enough that one
+step carrying a prompt does not shut the admission gate, short enough to follow a burst."""
+
+
 class FormatError(ValueError):
     """An engine or codec that does not fit the family's token format."""
 
@@ -102,11 +107,15 @@ class TokenTTS:
     new streams go in one a step, and none while any stream past its first chunk holds less
     audio than that (but one when nothing else is in flight), so a burst of arrivals queues
     instead of slowing every stream below real time. 0 admits whoever fits a free slot.
+    `admit_round_s` > 0 holds new streams the same way while the engine's recent rounds
+    (`round_s`) took longer than that: a ceiling on streams set by the GPU's pace, not by how
+    many slots memory allowed. Rounds are timed on the decoder's clock.
     """
 
     def __init__(self, engine: LLMEngine, codec: Codec, fmt: TokenFormat, *,
                  window: StreamWindow | None = None, side_stream: bool = False,
-                 sampling: SamplingParams | None = None, admit_lead_s: float = 0.0) -> None:
+                 sampling: SamplingParams | None = None, admit_lead_s: float = 0.0,
+                 admit_round_s: float = 0.0) -> None:
         if engine.vocab_size < fmt.vocab_needed:
             raise FormatError(f"the LM's vocabulary ({engine.vocab_size}) is too small for the "
                               f"token format ({fmt.vocab_needed} ids needed)")
@@ -116,7 +125,8 @@ class TokenTTS:
         self.engine, self.codec, self.format = engine, codec, fmt
         self.decoder = StreamingDecoder(codec, window or StreamWindow(), side_stream)
         self.sampling = sampling or SamplingParams()
-        self.admit_lead_s = admit_lead_s
+        self.admit_lead_s, self.admit_round_s = admit_lead_s, admit_round_s
+        self.round_s = 0.0  # the recent round: a step, averaged over the last ROUND_WINDOW
         self.held_steps = 0  # steps the admission gate was shut (`_gate`)
         self.utterances: dict[str, Utterance] = {}
         self.notes: list[str] = []  # stop rules that fired, for the run's fallback notes
@@ -159,6 +169,7 @@ class TokenTTS:
         credited its own new tokens.
         """
         self.n_steps += 1
+        began = self.decoder.clock()
         timers = self._timers()
         chunks = self.decoder.collect()
         self.engine.gate_admission(self._gate())
@@ -170,6 +181,7 @@ class TokenTTS:
             self.decoder.launch()
             if not self.engine.has_unfinished():
                 chunks += self.decoder.collect(wait=True)
+        self.round_s += (self.decoder.clock() - began - self.round_s) / ROUND_WINDOW
         return self._record(chunks)
 
     def step_news(self) -> set[str]:
@@ -178,15 +190,22 @@ class TokenTTS:
         return {chunk.stream_id for chunk in self.step()}
 
     def _gate(self) -> bool | None:
-        """Open while every stream past its first chunk holds `admit_lead_s` of audio
-        (`StreamingDecoder.min_buffered_s`); None (no gate) when the knob is off."""
-        if self.admit_lead_s <= 0:
+        """Open while the streams keep up by every gate that is on; None (no gate) when both
+        knobs are off."""
+        if self.admit_lead_s <= 0 and self.admit_round_s <= 0:
             return None
-        held = self.decoder.min_buffered_s()
-        if held is None or held >= self.admit_lead_s:
+        if self._keeping_up():
             return True
         self.held_steps += 1
         return False
+
+    def _keeping_up(self) -> bool:
+        """The engine's recent rounds took at most `admit_round_s`, and every stream past its
+        first chunk holds `admit_lead_s` of audio (`StreamingDecoder.min_buffered_s`)."""
+        if 0 < self.admit_round_s < self.round_s:
+            return False
+        held = self.decoder.min_buffered_s() if self.admit_lead_s > 0 else None
+        return held is None or held >= self.admit_lead_s
 
     def _take_tokens(self, out) -> None:
         utt = self.utterances.get(out.request_id)

@@ -88,9 +88,9 @@ class DeviceCollector(Collector):
 
 class EngineQueueCollector(Collector):
     """Requests the pipeline's engine holds back after they took a server slot, and the
-    steps its admission gate stayed shut (`admit_lead_ms`): a slot that is busy but makes
-    no sound yet shows here, not in `lab_queue_depth`. Absent for a family without such an
-    engine."""
+    steps its admission gate stayed shut (`admit_lead_ms`, `admit_round_ms`): a slot that is
+    busy but makes no sound yet shows here, not in `lab_queue_depth`. Absent for a family
+    without such an engine."""
 
     def __init__(self, read: Callable[[], EngineQueue | None]) -> None:
         self.read = read
@@ -103,7 +103,8 @@ class EngineQueueCollector(Collector):
                                 "free engine slot yet, or the admission gate shut",
                                 value=queue.waiting)
         yield CounterMetricFamily("lab_admission_held_steps", "Engine steps on which the "
-                                  "admission gate (admit_lead_ms) let no new stream in",
+                                  "admission gate (admit_lead_ms, admit_round_ms) let no new "
+                                  "stream in",
                                   value=queue.held_steps)
         yield CounterMetricFamily("lab_engine_device_wait_seconds", "Seconds the serving "
                                   "thread waited for the device's sampled tokens",

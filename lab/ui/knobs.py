@@ -46,6 +46,7 @@ KNOB_FIELDS = (
     "kv_dtype",
     "mixed_prefill",
     "admit_lead_ms",
+    "admit_round_ms",
     "continuous_batching",
     "cuda_graphs",
     "prefix_cache",
@@ -77,6 +78,7 @@ LABELS = {
     "kv_dtype": "KV storage",
     "mixed_prefill": "Prompt tokens carried per decode step",
     "admit_lead_ms": "Admit new streams while every started listener holds (ms; 0 = always)",
+    "admit_round_ms": "Admit new streams while the engine's rounds take at most (ms; 0 = always)",
     "prefix_cache": "Voice prefix cache",
     "codec_side_stream": "Codec on a side CUDA stream",
     "continuous_batching": "Continuous batching",
@@ -87,6 +89,7 @@ LABELS = {
 }
 STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1, "grow_lead_ms": 10,
          "first_chunk_frames": 1, "first_chunk_wait": 1, "mixed_prefill": 8, "admit_lead_ms": 10,
+         "admit_round_ms": 0.5,
          "overlap": 1, "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
 
 
@@ -239,6 +242,7 @@ class Knobs:
     kv_dtype: gr.Dropdown
     mixed_prefill: gr.Slider
     admit_lead_ms: gr.Slider
+    admit_round_ms: gr.Slider
     continuous_batching: gr.Checkbox
     cuda_graphs: gr.Checkbox
     prefix_cache: gr.Checkbox
@@ -305,10 +309,11 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
                       elem_id=f"{key}-ar-engine") as engine:
         with gr.Row():
             kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
-            mixed_prefill, admit_lead, max_interval, grow_lead, first_chunk, first_wait = (
-                _slider(n, v[n], key, fam)
-                for n in ("mixed_prefill", "admit_lead_ms", "max_decode_interval",
-                          "grow_lead_ms", "first_chunk_frames", "first_chunk_wait"))
+            mixed_prefill, admit_lead, admit_round, max_interval, grow_lead, first_chunk, \
+                first_wait = (_slider(n, v[n], key, fam)
+                              for n in ("mixed_prefill", "admit_lead_ms", "admit_round_ms",
+                                        "max_decode_interval", "grow_lead_ms",
+                                        "first_chunk_frames", "first_chunk_wait"))
             batching, graphs, prefix_cache, side_stream = (
                 _checkbox(n, v[n], key, fam)
                 for n in ("continuous_batching", "cuda_graphs", "prefix_cache",
@@ -318,8 +323,8 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, codec_dtype, quant, compile_mode, batch_size,
                   decode_interval, max_interval, grow_lead, first_chunk, first_wait, overlap,
-                  crossfade, seed, kv_cache, kv_dtype, mixed_prefill, admit_lead, batching,
-                  graphs, prefix_cache, side_stream, temperature, top_p, note, engine)
+                  crossfade, seed, kv_cache, kv_dtype, mixed_prefill, admit_lead, admit_round,
+                  batching, graphs, prefix_cache, side_stream, temperature, top_p, note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")

@@ -31,7 +31,7 @@ from lab.models.orpheus_format import (
 )
 from lab.models.snac_codec import SnacCodec, build_snac
 from lab.models.token_backend import decode_mode, engine_config, sampling_params
-from lab.models.token_tts import TokenTTS, limit_note
+from lab.models.token_tts import ROUND_WINDOW, TokenTTS, limit_note
 from lab.stream.codec_stream import StreamWindow
 from tests.models.conftest import Clock
 
@@ -197,6 +197,40 @@ def test_a_new_stream_waits_while_a_listener_runs_dry_only_with_the_knob(admit_l
     assert tts.decoder.min_buffered_s() >= admit_lead_s
     # shut on the step after it came and on every step of the loop but the one that let it in
     assert tts.held_steps == (held if admit_lead_s else 0)
+
+
+@pytest.mark.parametrize("admit_round_s", [0.0, 0.010])
+def test_a_new_stream_waits_while_the_engines_rounds_are_slow_only_with_the_knob(
+        admit_round_s, monkeypatch):
+    """Every round takes 20 ms on the pipeline's clock, past the 10 ms ceiling: with the knob a
+    new request waits while the first stream is in flight, and goes in once nothing else is;
+    without, it goes in at once."""
+    tts = tiny_tts()
+    tts.admit_round_s, tts.decoder.clock = admit_round_s, Clock()
+    engine_step = tts.engine.step
+
+    def slow_step():
+        tts.decoder.clock.now += 0.020
+        return engine_step()
+
+    monkeypatch.setattr(tts.engine, "step", slow_step)
+    first = tts.submit("a first sentence", "leo")
+    for _ in range(ROUND_WINDOW):
+        tts.step()
+    assert tts.round_s == pytest.approx(0.020 * (1 - (1 - 1 / ROUND_WINDOW) ** ROUND_WINDOW))
+    late = tts.submit("a second one", "leo")
+    tts.step()
+    assert waiting(tts) == ([late] if admit_round_s else [])
+    while late in waiting(tts):  # the rounds stay slow: held until nothing else runs
+        beside = [r.request_id for r in tts.engine.scheduler.running]
+        tts.step()
+    assert (tts.held_steps > 0) == bool(admit_round_s)
+    if admit_round_s:
+        assert beside == [] and tts.utterances[first].done is not None
+    else:
+        assert tts.utterances[first].done is None  # let in beside it
+    tts.run()
+    assert tts.utterances[late].done is not None
 
 
 def test_held_streams_still_speak_once_the_others_are_done():
