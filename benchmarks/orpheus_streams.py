@@ -133,6 +133,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="compare these admission holds (ms, comma-separated; the config's "
                         "admit_lead_ms, 0 off) on the one build, each rate in turn ('': the "
                         "build's)")
+    p.add_argument("--admit-round-ms", default="",
+                   help="compare these ceilings on the engine's recent rounds (ms, "
+                        "comma-separated; the config's admit_round_ms, 0 off) on the one build, "
+                        "each rate in turn ('': the build's)")
     p.add_argument("--reference-tokens", type=int, default=0,
                    help="tokens of a speaker reference before every prompt (a cloned voice)")
     p.add_argument("--snac-table", default="on", choices=("on", "off"),
@@ -231,12 +235,13 @@ def use_grow_lead(tts: TokenTTS, ms: float | None) -> float:
     return round(decoder.window.guard_s * 1000, 3)
 
 
-def use_admit_lead(tts: TokenTTS, ms: float | None) -> float:
-    """Set the audio in hand every playing stream must hold before a new stream is admitted
-    (None: keep it); the value in force, in ms."""
+def use_gate(tts: TokenTTS, attribute: str, ms: float | None) -> float:
+    """Set one of the pipeline's admission gates (`admit_lead_s`: the audio in hand every
+    playing stream must hold; `admit_round_s`: the ceiling on the engine's recent rounds)
+    from ms (None: keep it); the value in force, in ms."""
     if ms is not None:
-        tts.admit_lead_s = ms / 1000
-    return round(tts.admit_lead_s * 1000, 3)
+        setattr(tts, attribute, ms / 1000)
+    return round(getattr(tts, attribute) * 1000, 3)
 
 
 def lm_shape(args: argparse.Namespace) -> str:
@@ -566,17 +571,20 @@ def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) ->
     settings = {"off": [False], "on": [True], "both": [False, True]}[args.prefix_cache]
     leads = counts(args.grow_lead_ms, float) or [None]
     admits = counts(args.admit_lead_ms, float) or [None]
-    for rate, prefix, lead, admit in itertools.product(rates, settings, leads, admits):
+    ceilings = counts(args.admit_round_ms, float) or [None]
+    for rate, prefix, lead, admit, ceiling in itertools.product(rates, settings, leads, admits,
+                                                                ceilings):
         offsets = poisson_arrivals(rate, MAX_REQUESTS, args.duration, args.seed)
         if not offsets:
             raise SystemExit(f"no arrival in {args.duration} s at {rate}/s (seed {args.seed}): "
                              "raise --duration")
         use_prefix_cache(tts, prefix)
-        grow_lead, admit_lead = use_grow_lead(tts, lead), use_admit_lead(tts, admit)
+        grow_lead, admit_lead = use_grow_lead(tts, lead), use_gate(tts, "admit_lead_s", admit)
+        admit_round = use_gate(tts, "admit_round_s", ceiling)
         measure = functools.partial(run_open_loop, tts, offsets, args.duration, args.tokens,
                                     args.drain_timeout)
         rows.append({"rate": rate, "prefix_cache": prefix, "grow_lead_ms": grow_lead,
-                     "admit_lead_ms": admit_lead,
+                     "admit_lead_ms": admit_lead, "admit_round_ms": admit_round,
                      **repeated(measure, args.repeats, OPEN_SPREAD_KEYS, OPEN_PER_RUN_KEYS)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -808,19 +816,23 @@ def _open_loop_table(result: dict) -> list[str]:
              "'grow lead' is the audio in hand, in ms, past which a stream's chunks grow "
              "(`grow_lead_ms`; '-': not recorded); 'admit hold' the audio in hand, in ms, "
              "every playing stream must hold before a new stream is admitted (`admit_lead_ms`; "
-             "0: admitted whenever a slot is free).\n",
-             "| arrivals/s | prefix cache | grow lead | admit hold | prefill / cached tokens | "
+             "0: admitted whenever a slot is free); 'round cap' the engine's recent rounds, in "
+             "ms, past which no new stream is admitted (`admit_round_ms`; 0: off; '-': not "
+             "recorded).\n",
+             "| arrivals/s | prefix cache | grow lead | admit hold | round cap | "
+             "prefill / cached tokens | "
              "requests (finished) | "
              "in flight mean / peak | TTFA p50 / p95 ms | "
              "stream tok/s slowest / p50 | below RT | step p50 / p95 / max ms | "
              "wall prefill / decode / idle | SNAC |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in open_loop["rows"]:
         tokens = (f"{r['prefill_tokens_per_request']:.0f} / {r['cached_tokens_per_request']:.0f}"
                   if "cached_tokens_per_request" in r else "-")
         lines.append(
             f"| {r['rate']:g} | {'on' if r.get('prefix_cache') else 'off'} | "
-            f"{_num(r, 'grow_lead_ms', 'g')} | {_num(r, 'admit_lead_ms', 'g')} | {tokens} | "
+            f"{_num(r, 'grow_lead_ms', 'g')} | {_num(r, 'admit_lead_ms', 'g')} | "
+            f"{_num(r, 'admit_round_ms', 'g')} | {tokens} | "
             f"{r['requests']:g} ({r['finished']:g}) | "
             f"{_num(r, 'active_mean', '.1f')} / {r['active_peak']:g} | "
             f"{_num(r, 'ttfa_ms_p50', '.0f')} / {_num(r, 'ttfa_ms_p95', '.0f')} | "
