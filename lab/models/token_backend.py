@@ -138,7 +138,7 @@ class TokenBackend:
     def engine_queue(self) -> EngineQueue:
         engine = self.tts.engine
         return EngineQueue(len(engine.scheduler.waiting), self.tts.held_steps,
-                           engine.stats.token_wait_s)
+                           engine.stats.token_wait_s, self.tts.round_s)
 
     def applied(self) -> dict[str, object]:
         """Precision as the plan applied it, the codec's as it runs (a named one may run as

@@ -109,6 +109,9 @@ class EngineQueueCollector(Collector):
         yield CounterMetricFamily("lab_engine_device_wait_seconds", "Seconds the serving "
                                   "thread waited for the device's sampled tokens",
                                   value=queue.device_wait_s)
+        yield GaugeMetricFamily("lab_engine_round_seconds", "The engine's recent round: a "
+                                "step with the codec work it made due, averaged over the last "
+                                "16 steps (what admit_round_ms reads)", value=queue.round_s)
 
 
 class WorkerCollector(Collector):

@@ -211,7 +211,8 @@ def highlights(exposition: str, busy: float | None = None) -> str:
         line += f" · {values['lab_tokens_per_second']:.0f} tokens/s"
     if "lab_engine_waiting" in values:
         line += (f" · held back in the engine **{values['lab_engine_waiting']:.0f}** (admission "
-                 f"gate shut on {values.get('lab_admission_held_steps_total', 0):.0f} steps)")
+                 f"gate shut on {values.get('lab_admission_held_steps_total', 0):.0f} steps)"
+                 f" · engine round {1e3 * values.get('lab_engine_round_seconds', 0):.1f} ms")
     if busy is not None:
         line += f" · serving thread on host work **{busy:.0%}** since the last look"
     if values.get("lab_gpu_present"):

@@ -63,6 +63,9 @@ def test_an_engine_family_shows_what_its_engine_holds_back():
             backend = pipeline.backend
             backend.tts.held_steps = 7  # as the gate counts them (tests/models/test_orpheus.py)
             assert metric(srv.url, "lab_admission_held_steps_total") == 7
+            assert families["lab_engine_round_seconds"].type == "gauge"
+            backend.tts.round_s = 0.0123  # as its steps average it (tests/models/test_orpheus.py)
+            assert metric(srv.url, "lab_engine_round_seconds") == 0.0123
     finally:
         pipeline.close()
 

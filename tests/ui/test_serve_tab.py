@@ -43,9 +43,10 @@ def test_metrics_highlights_read_the_servers_gauges():
     assert "held back in the engine" not in line  # no engine queue to read
     assert "does not report the lab's gauges" in highlights("# a server that is not the lab's\n")
     queued = ServerMetrics(Admission(slots=4, queue=16, retry_after_s=1), TelemetrySampler(),
-                           lambda: EngineQueue(waiting=3, held_steps=12))
+                           lambda: EngineQueue(waiting=3, held_steps=12, round_s=0.0071))
     line = highlights(queued.exposition().decode())
     assert "held back in the engine **3** (admission gate shut on 12 steps)" in line
+    assert "engine round 7.1 ms" in line
     assert "serving thread" not in line  # nothing to compare with yet
 
 
