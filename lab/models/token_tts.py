@@ -181,8 +181,16 @@ class TokenTTS:
             self.decoder.launch()
             if not self.engine.has_unfinished():
                 chunks += self.decoder.collect(wait=True)
-        self.round_s += (self.decoder.clock() - began - self.round_s) / ROUND_WINDOW
+        self._time_round(began)
         return self._record(chunks)
+
+    def _time_round(self, began: float) -> None:
+        """Fold this step into `round_s`; an engine left with nothing to do has no pace, so
+        the first arrivals after a quiet spell do not meet the last burst's rounds."""
+        if not self.engine.has_unfinished():
+            self.round_s = 0.0
+            return
+        self.round_s += (self.decoder.clock() - began - self.round_s) / ROUND_WINDOW
 
     def step_news(self) -> set[str]:
         """`step()` for streams that take turns (`lab.turns`): the ids of the utterances it

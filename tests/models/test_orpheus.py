@@ -231,6 +231,7 @@ def test_a_new_stream_waits_while_the_engines_rounds_are_slow_only_with_the_knob
         assert tts.utterances[first].done is None  # let in beside it
     tts.run()
     assert tts.utterances[late].done is not None
+    assert tts.round_s == 0.0  # nothing left to pace
 
 
 def test_held_streams_still_speak_once_the_others_are_done():
