@@ -329,19 +329,15 @@ LAG_WARN_MS = 25.0
 loop fell behind: a tenth of the 250 ms a first audio may take."""
 
 
-def lag_lines(records: Sequence[RequestRecord]) -> list[str]:
+def lag_lines(rows: Sequence[PointSummary]) -> list[str]:
     """A warning under the table for points where the load generator itself fell behind
-    (its requests' `lag_s` at p99), since what it measured there includes its own delay;
-    nothing when it kept up."""
-    lags: dict[tuple[str, float], list[float]] = {}
-    for r in records:
-        lags.setdefault((r.shape, r.load), []).append(r.lag_s * 1e3)
-    late = [(shape, load, p99) for (shape, load), ms in lags.items()
-            if (p99 := percentile(ms, 99)) > LAG_WARN_MS]
+    (`lag_p99_ms`), since what it measured there includes its own delay; nothing when it
+    kept up."""
+    late = [r for r in rows if r.lag_p99_ms is not None and r.lag_p99_ms > LAG_WARN_MS]
     if not late:
         return []
-    points = ", ".join(f"{load:g}{'/s' if 'open' in shape else ' in flight'} ({p99:.0f} ms)"
-                       for shape, load, p99 in late)
+    points = ", ".join(f"{r.load:g}{'/s' if 'open' in r.shape else ' in flight'} "
+                       f"({r.lag_p99_ms:.0f} ms)" for r in late)
     return ["", f"The load generator fell behind at {points}: it started requests that late "
                 "after they were due (p99), so time to first audio and the real-time check "
                 "there include its own delay. More sending processes (`lab loadtest "
@@ -435,7 +431,7 @@ def write_markdown(path: Path, result: dict) -> None:
              f"- Model `{meta.get('model') or '(the server default)'}`, voice "
              f"`{meta.get('voice')}`, format {meta.get('format')}",
              "", markdown_table(table_rows(rows)), *capacity_lines(table_rows(rows)),
-             *lag_lines(records), "",
+             *lag_lines(rows), "",
              "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     path.write_text("\n".join(lines) + "\n")

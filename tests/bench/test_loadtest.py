@@ -327,7 +327,8 @@ def test_over_time_finds_the_burst_behind_a_tail():
 
 def test_the_lag_warning_names_the_points_where_the_generator_fell_behind():
     def point(load, lag_s):
-        return [replace(record(0.1, 0.2), shape="open", load=load, lag_s=lag_s)] * 3
+        records = [replace(record(0.1, 0.2), shape="open", load=load, lag_s=lag_s)] * 3
+        return [summarize(records, "open", load, wall_s=1.0)]
 
     assert lag_lines(point(8, 0.004) + point(16, 0.010)) == []
     lines = lag_lines(point(8, 0.004) + point(16, 0.030) + point(32, 0.900))
