@@ -15,7 +15,8 @@ to every weight:
     sum_k x_k ((q_k - 8) s + z) = s (x . q) + (z - 8 s) sum_k x_k
 
 Where a layer has too few output tiles to fill the device, several programs share each tile's
-groups and their float32 partial sums are added afterwards, in a fixed order (`splits`).
+groups and their float32 partial sums are added afterwards, in a fixed order
+(`lab.quant.split_sums`).
 
 `Int4RowsLinear` sends `MIN_ROWS` rows or more of bf16 activations on CUDA to the kernel and
 fewer to tinygemm. The copy costs as much memory again as torchao's int4 weight (a quarter of
@@ -28,13 +29,13 @@ CPU tensors too.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lab.quant.split_sums import added, output, processors, splits
 from lab.quant.triton_site import runs_kernels, tl, triton, widens
 
 # From 16 rows the kernel: four Orpheus-3B blocks' linears on an H100 took 0.454 ms through it
@@ -42,10 +43,7 @@ from lab.quant.triton_site import runs_kernels, tl, triton, widens
 # (`benchmarks/results/linear_kernels_int4_split_few.md`).
 MIN_ROWS = 16
 MID = 8  # tinygemm's midpoint: a 4-bit value q means (q - 8) * scale + zero
-WAVES = 3  # grid programs per processor that `splits` aims at
 DEEP = 16384  # outputs from which a layer's loads run 3 stages deep (`tiles`)
-SUM_BLOCK = 1024  # outputs per program when the partial sums are added
-INTERPRETER_PROCESSORS = 4
 
 if triton is not None:
 
@@ -81,20 +79,6 @@ if triton is not None:
         out = y_ptr + tl.program_id(2).to(tl.int64) * y_split
         tl.store(out + m[:, None].to(tl.int64) * y_row + j[None, :],
                  acc.to(y_ptr.dtype.element_ty), mask=(m[:, None] < rows) & (j[None, :] < n))
-
-    @triton.jit
-    def _sum_splits(part_ptr, y_ptr, size, split, block: tl.constexpr):
-        """y = the sum of `split` float32 partial products [split, size], added in split
-        order and rounded once. As one kernel: torch's sum and cast took two, 0.45 ms of a
-        4.1 ms batch-64 int4 step of the Orpheus shape on an H100 (a kernel profile)."""
-        i = tl.program_id(0).to(tl.int64) * block + tl.arange(0, block)
-        inside = i < size
-        part = part_ptr + i
-        total = tl.zeros([block], dtype=tl.float32)
-        for _ in range(split):
-            total += tl.load(part, mask=inside, other=0.0)
-            part += size
-        tl.store(y_ptr + i, total.to(y_ptr.dtype.element_ty), mask=inside)
 
 
 @dataclass(frozen=True)
@@ -162,25 +146,27 @@ def int4_rows_mm(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
     plain = PlainInt4(packed, scale, zero)
     if not runs_kernels(x):
         return int4_rows_reference(x, plain)
+    return launch(x, plain)
+
+
+def launch(x: torch.Tensor, plain: PlainInt4, config: tuple[int, ...] | None = None,
+           split: int | None = None) -> torch.Tensor:
+    """The kernel on x [rows, k] and `plain`, with `config` (as `tiles` gives it) and `split`
+    ways of sharing each tile's groups, by default the code's own choice: what the op runs,
+    and what a probe times shapes with."""
     x = x.contiguous()
     rows, k = x.shape
-    n, groups = packed.shape[0], scale.shape[0]
-    block_m, block_n, warps, stages = tiles(rows, n)
+    n, groups = plain.packed.shape[0], plain.scale.shape[0]
+    block_m, block_n, warps, stages = config or tiles(rows, n)
     grid = (triton.cdiv(rows, block_m), triton.cdiv(n, block_n))
-    split = splits(grid[0] * grid[1], groups, processors(x.device))
-    y = (torch.empty(rows, n, dtype=x.dtype, device=x.device) if split == 1 else
-         torch.empty(split, rows, n, dtype=torch.float32, device=x.device))
-    _int4_rows_mm[(*grid, split)](x, packed, scale, zero, y, rows, n, x.stride(0),
-                                  packed.stride(0), scale.stride(0), y.stride(-2),
-                                  y.stride(0) if split > 1 else 0, groups // split,
+    split = split or splits(grid[0] * grid[1], groups, processors(x.device))
+    y = output(rows, n, split, x)
+    _int4_rows_mm[(*grid, split)](x, plain.packed, plain.scale, plain.zero, y, rows, n,
+                                  x.stride(0), plain.packed.stride(0), plain.scale.stride(0),
+                                  y.stride(-2), y.stride(0) if split > 1 else 0, groups // split,
                                   block_m=block_m, block_n=block_n, group=plain.group,
                                   widen=widens(x), num_warps=warps, num_stages=stages)
-    if split == 1:
-        return y
-    out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
-    _sum_splits[(triton.cdiv(out.numel(), SUM_BLOCK),)](y, out, out.numel(), split,
-                                                        block=SUM_BLOCK)
-    return out
+    return added(y, x.dtype)
 
 
 @int4_rows_mm.register_fake
@@ -205,37 +191,6 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
     one-off probe of 90 shapes, 8 weight copies; bf16 27.3), where the other layers moved by
     under 2%."""
     return 64, 64, 4, 3 if n >= DEEP else 2
-
-
-@functools.cache
-def splits(tile_count: int, groups: int, processor_count: int) -> int:
-    """How many programs share each output tile's groups of inputs: the most that divides
-    `groups` and keeps the grid within `WAVES` waves of the device's processors. A layer with
-    few output columns (Orpheus-3B's attention output and down projection: 48 tiles of 64 at
-    64 rows, on an H100's 132 processors) otherwise leaves most processors idle while each
-    program walks every group: split 8 ways, the down projection took 29 us against 62 in a
-    probe (bf16: 33). Partial sums go to a float32 buffer, summed in a fixed order so that
-    the same input gives the same output."""
-    best = 1
-    for split in range(2, groups + 1):
-        if groups % split == 0 and tile_count * split <= WAVES * processor_count:
-            best = split
-    return best
-
-
-def processors(device: torch.device) -> int:
-    """The streaming multiprocessors of a CUDA device; a fixed few elsewhere (the interpreter),
-    so that the CPU checks split the groups too."""
-    if device.type != "cuda":
-        return INTERPRETER_PROCESSORS
-    return _cuda_processors(device.index if device.index is not None
-                            else torch.cuda.current_device())
-
-
-@functools.cache
-def _cuda_processors(index: int) -> int:
-    """Read once per device: eager steps call the op for every linear layer."""
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def takes(x: torch.Tensor) -> bool:

@@ -11,7 +11,11 @@ With this kernel the same linears take 0.23 ms at 16 rows and 0.45 ms at 64
 
 Here every tile of int8 weights is read once per tile of rows, widened to the activation's
 dtype in registers and fed to the tensor cores, and the per-row scale is applied to the
-accumulator: the bytes a step reads stay the int8 weights. `Int8RowsLinear` routes 2 rows or
+accumulator: the bytes a step reads stay the int8 weights. Narrow tiles give many programs,
+and where a layer's tiles still leave processors idle several programs share each tile's
+inputs and add their float32 partial sums afterwards (`split_for`, `lab.quant.split_sums`):
+on an H200 the served int8 step at batch 64 went from 3.18 to 2.87 ms with it, against 2.62
+in bf16 (`benchmarks/results/peers_split_h200.md`). `Int8RowsLinear` routes 2 rows or
 more (bf16 or fp16 activations, on CUDA) to the kernel, through a custom op that torch.compile
 keeps opaque, so Inductor cannot turn it back into the slow call; one row, other devices and
 other dtypes keep torchao's path, except a one-token step's q/k/v and gate/up, which run with
@@ -30,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lab.quant.split_sums import WAVES, added, output, processors
 from lab.quant.triton_site import runs_kernels, tl, triton, widens
 
 FLOAT_ROWS = (torch.bfloat16, torch.float16)
@@ -38,16 +43,19 @@ MIN_ROWS = 2
 if triton is not None:
 
     @triton.jit
-    def _int8_rows_mm(x_ptr, w_ptr, s_ptr, y_ptr, rows, n, k, x_row, w_row, y_row,
-                      block_m: tl.constexpr, block_n: tl.constexpr, block_k: tl.constexpr,
-                      widen: tl.constexpr):
+    def _int8_rows_mm(x_ptr, w_ptr, s_ptr, y_ptr, rows, n, k, x_row, w_row, y_row, y_split,
+                      per_split, block_m: tl.constexpr, block_n: tl.constexpr,
+                      block_k: tl.constexpr, widen: tl.constexpr):
         """y[m, j] = scale[j] * sum_k x[m, k] * w[j, k], one (block_m, block_n) tile of y per
-        program; the int8 tile is widened to x's dtype before the dot (`widen`: both go to
-        float32 first, for the interpreter, whose dot misreads bf16)."""
+        program over `per_split` blocks of inputs; program (., ., i) writes its sum over the
+        i-th run of blocks to y's i-th split (`lab.quant.split_sums`). The int8 tile is widened
+        to x's dtype before the dot (`widen`: both go to float32 first, for the interpreter,
+        whose dot misreads bf16)."""
         m = tl.program_id(0) * block_m + tl.arange(0, block_m)
         j = tl.program_id(1) * block_n + tl.arange(0, block_n)
+        first = tl.program_id(2) * per_split * block_k
         acc = tl.zeros((block_m, block_n), dtype=tl.float32)
-        for start in range(0, k, block_k):
+        for start in range(first, first + per_split * block_k, block_k):
             kk = start + tl.arange(0, block_k)
             a = tl.load(x_ptr + m[:, None].to(tl.int64) * x_row + kk[None, :],
                         mask=(m[:, None] < rows) & (kk[None, :] < k), other=0.0)
@@ -57,33 +65,53 @@ if triton is not None:
                         mask=(j[:, None] < n) & (kk[None, :] < k), other=0)
             acc = tl.dot(a, tl.trans(b.to(a.dtype)), acc)
         scale = tl.load(s_ptr + j, mask=j < n, other=0.0).to(tl.float32)
-        out = (acc * scale[None, :]).to(y_ptr.dtype.element_ty)
-        tl.store(y_ptr + m[:, None].to(tl.int64) * y_row + j[None, :], out,
+        out = y_ptr + tl.program_id(2).to(tl.int64) * y_split
+        tl.store(out + m[:, None].to(tl.int64) * y_row + j[None, :],
+                 (acc * scale[None, :]).to(y_ptr.dtype.element_ty),
                  mask=(m[:, None] < rows) & (j[None, :] < n))
 
 
-WIDE = 4096  # outputs from which a layer's column tiles are 64 wide rather than 32
-WIDEST = 16384  # outputs from which they are 128 wide
+WIDE = 4096  # outputs from which a layer's column tiles are 64 wide rather than 32 (few rows)
+WIDEST = 16384  # outputs from which they are 128 wide (many rows)
+TALL = 32  # rows past which a row tile is 64 tall and takes `tiles`' many-row shape
+MIN_BLOCKS = 6  # blocks of inputs each program keeps at least when they are split
 
 
 def tiles(rows: int, n: int) -> tuple[int, int, int, int, int]:
-    """(block_m, block_n, block_k, warps, stages) for a product of `rows` x `n`: row tiles as
-    tall as the rows (16 to 64), and the column tile, depth, warps and pipeline stages that were
-    fastest on an H100 at 2, 16 and 64 rows of Llama-3B-shaped weights, out of 36 tried
-    (columns 16-64, depth 128-512, 4 or 8 warps, 3 or 4 stages): narrower column tiles left
-    the processors waiting on their loads, wider ones too few programs to read the weights.
-    Layers with `WIDE` outputs or more have programs enough for 64-wide tiles: at 64 rows
-    Orpheus-3B's gate/up product took 42 us with them against 50 (bf16: 50), q/k/v 24.5
-    against 27; the attention output and down projection (3,072 outputs) were slower (a one-off
-    probe; splitting their inputs across programs, as the int4 kernel does, gained nothing).
-    On an H200, over 108 shapes at 64 rows (columns 32-256, depth 32-256, 4 or 8 warps, 2-5
-    stages; 8 weight copies, a one-off probe), 3 stages were fastest from `WIDE` outputs
-    (q/k/v 18.6 us against 20.7 with 4) and `WIDEST` outputs take 128-wide tiles (gate/up 30.2
-    against 39.6; bf16 27.6): the served int8 step at batch 64 went from 3.54 to 3.18 ms in
-    kernel profiles on two H200s. Weights as the dot's first operand, which Hopper's tensor
-    cores can take from registers, were no faster (gate/up 29.2, down 44.8)."""
-    block_n = 128 if n >= WIDEST else 64 if n >= WIDE else 32
-    return min(64, max(16, triton.next_power_of_2(rows))), block_n, 256, 4, 3 if n >= WIDE else 4
+    """(block_m, block_n, block_k, warps, stages) for a product of `rows` x `n`, row tiles as
+    tall as the rows (16 to 64). On an H200, per Orpheus-3B layer (q/k/v 5,120 x 3,072,
+    attention output 3,072 x 3,072, gate/up 16,384 x 3,072, down 3,072 x 8,192), over 32
+    shapes (columns 32-256, depth 128 or 256, 4 or 8 warps, 3 or 4 stages) each with its
+    inputs split 1 to 16 ways (`split_for`), 8 weight copies, a one-off probe:
+
+    - 64 rows: 32-wide tiles 128 deep, 3 stages (`WIDEST` outputs: 128 wide), split 2-4 ways:
+      q/k/v 17.0 us, attention output 11.5, gate/up 27.8, down 20.6, where the tiles before
+      (64-256 wide, 256 deep, unsplit) took 19.0, 12.0, 29.2 and 26.8, and bf16 (cuBLAS)
+      10.7, 8.5, 26.9 and 19.5. A 32-wide tile holds few rows of weights, so many programs
+      read them; split, each reads a share of the inputs, and the device fills.
+    - 16 rows: 256 deep, 4 stages, 64 wide from `WIDE` outputs: q/k/v 11.2 us (split 2
+      ways; 9.6 unsplit), attention output 8.9 (2 ways; 7.9), gate/up 16.1, down 12.9 (4
+      ways; 15.6), where 128-wide gate/up tiles took 17.7. One rule for the split serves
+      both row counts; 64 rows, the batched step, weighed more.
+
+    Hopper's tensor cores wait on the int8 tile's widening here: at 64 rows q/k/v reads half
+    bf16's bytes in 1.6 times its time. Weights as the dot's first operand, which they can
+    take from registers, were no faster (gate/up 29.2, down 44.8, an earlier probe)."""
+    block_m = min(64, max(16, triton.next_power_of_2(rows)))
+    if rows > TALL:
+        return block_m, 128 if n >= WIDEST else 32, 128, 4, 3
+    return block_m, 64 if n >= WIDE else 32, 256, 4, 4
+
+
+def split_for(tile_count: int, blocks: int, device: torch.device) -> int:
+    """How many programs share each output tile's `blocks` of inputs: the largest power of two
+    that divides them, leaves each program `MIN_BLOCKS` or more, and keeps the grid within
+    `split_sums.WAVES` waves of the device's processors (`tiles` gives the probe behind it)."""
+    split = 1
+    while (blocks % (2 * split) == 0 and blocks // (2 * split) >= MIN_BLOCKS
+           and tile_count * 2 * split <= WAVES * processors(device)):
+        split *= 2
+    return split
 
 
 @torch.library.custom_op("lab::int8_rows_mm", mutates_args=())
@@ -91,18 +119,28 @@ def int8_rows_mm(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor) -> t
     """x [rows, k] times int8 weights qdata [n, k] with one scale per output, as x's dtype."""
     if not runs_kernels(x):
         return int8_rows_reference(x, qdata, scale)
+    return launch(x, qdata, scale)
+
+
+def launch(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor,
+           config: tuple[int, ...] | None = None, split: int | None = None) -> torch.Tensor:
+    """The kernel on x [rows, k] and qdata [n, k], with `config` (as `tiles` gives it) and
+    `split` ways of sharing each tile's inputs, by default the code's own choice: what the op
+    runs, and what a probe times shapes with."""
     x, qdata = x.contiguous(), qdata if qdata.stride(1) == 1 else qdata.contiguous()
-    scale = scale.reshape(-1)
     rows, k = x.shape
     n = qdata.shape[0]
-    y = torch.empty(rows, n, dtype=x.dtype, device=x.device)
-    block_m, block_n, block_k, warps, stages = tiles(rows, n)
+    block_m, block_n, block_k, warps, stages = config or tiles(rows, n)
     grid = (triton.cdiv(rows, block_m), triton.cdiv(n, block_n))
-    _int8_rows_mm[grid](x, qdata, scale, y, rows, n, k, x.stride(0), qdata.stride(0),
-                        y.stride(0), block_m=block_m, block_n=block_n, block_k=block_k,
-                        widen=widens(x), num_warps=warps,
-                        num_stages=stages)
-    return y
+    blocks = triton.cdiv(k, block_k)
+    split = split or split_for(grid[0] * grid[1], blocks, x.device)
+    y = output(rows, n, split, x)
+    _int8_rows_mm[(*grid, split)](x, qdata, scale.reshape(-1), y, rows, n, k, x.stride(0),
+                                  qdata.stride(0), y.stride(-2), y.stride(0) if split > 1 else 0,
+                                  blocks // split, block_m=block_m, block_n=block_n,
+                                  block_k=block_k, widen=widens(x), num_warps=warps,
+                                  num_stages=stages)
+    return added(y, x.dtype)
 
 
 @int8_rows_mm.register_fake

@@ -40,8 +40,21 @@ def a_row_slice_of_the_weight_reads_its_own_rows(device: str) -> None:
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
+def split_inputs_add_up_to_the_product(device: str) -> None:
+    """Programs sharing a tile's blocks of inputs two or four ways (`launch`'s split), a last
+    block past the inputs included, give the unsplit product."""
+    for rows, n, k in ((5, 40, 256), (33, 70, 200)):
+        x, qdata, scale = _operands(rows, n, k, device)
+        want = int8_rows.int8_rows_reference(x, qdata, scale)
+        for split in (2, 4):
+            got = int8_rows.launch(x, qdata, scale, (32, 32, 64, 4, 3), split)
+            assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
+            torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
 def kernel_matches_reference_everywhere(device: str) -> None:
     kernel_matches_reference(device)
+    split_inputs_add_up_to_the_product(device)
     a_row_slice_of_the_weight_reads_its_own_rows(device)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.quant import int4_rows, triton_site
+from lab.quant import int4_rows, split_sums, triton_site
 from tests.kernels import run_check
 
 CHECKS = Path(__file__).with_name("int4_rows_checks.py")
@@ -83,7 +83,7 @@ def test_few_output_tiles_split_their_groups_within_three_waves(rows, n, groups,
     """Orpheus-3B's linears on an H100's 132 processors."""
     block_m, block_n = int4_rows.tiles(rows, n)[:2]
     tiles = -(-rows // block_m) * -(-n // block_n)
-    assert int4_rows.splits(tiles, groups, 132) == want
+    assert split_sums.splits(tiles, groups, 132) == want
 
 
 @pytest.mark.parametrize(("n", "stages"), [(3072, 2), (5120, 2), (int4_rows.DEEP, 3), (28672, 3)])

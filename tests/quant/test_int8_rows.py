@@ -4,6 +4,7 @@ the float product of the same int8 weights; one row and other devices keep torch
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -24,18 +25,35 @@ def test_a_quantized_lm_sends_its_batched_rows_and_its_normed_single_tokens_to_t
     run_check(CHECKS, "an_int8_lm_runs_its_rows_through_the_kernels")
 
 
-@pytest.mark.parametrize(("rows", "block_m"), [(1, 16), (2, 16), (16, 16), (17, 32), (64, 64),
-                                             (200, 64)])
-def test_row_tiles_are_as_tall_as_the_rows_within_what_the_dot_takes(rows, block_m):
+@pytest.mark.parametrize(("rows", "block_m"), [(1, 16), (2, 16), (16, 16), (17, 32), (32, 32)])
+def test_few_rows_take_deep_tiles_as_tall_as_the_rows(rows, block_m):
     assert int8_rows.tiles(rows, 3072) == (block_m, 32, 256, 4, 4)
+    assert int8_rows.tiles(rows, int8_rows.WIDE)[1] == 64
 
 
-@pytest.mark.parametrize(("n", "block_n", "stages"), [(3072, 32, 4), (4095, 32, 4), (4096, 64, 3),
-                                                     (16383, 64, 3), (16384, 128, 3)])
-def test_column_tiles_widen_where_a_layer_has_outputs_enough(n, block_n, stages):
-    """Wider layers have programs enough for wider tiles, and fewer stages keep each tile's
-    buffers within shared memory (128 columns at 4 stages asked for 288 KiB on an H200)."""
-    assert int8_rows.tiles(64, n)[1::3] == (block_n, stages)
+@pytest.mark.parametrize(("n", "block_n"), [(3072, 32), (5120, 32), (16383, 32), (16384, 128)])
+def test_many_rows_take_narrow_shallow_tiles_but_the_widest_layers(n, block_n):
+    """From 33 rows: 64 rows tall, 128 deep, 3 stages (128 columns at 4 stages asked for 288
+    KiB of shared memory on an H200)."""
+    for rows in (33, 64, 200):
+        assert int8_rows.tiles(rows, n) == (64, block_n, 128, 4, 3)
+
+
+@pytest.mark.parametrize(("rows", "n", "k", "want"), [
+    (64, 5120, 3072, 2),    # q, k and v: 160 tiles, 24 blocks
+    (64, 3072, 3072, 4),    # attention output: 96 tiles
+    (64, 16384, 3072, 2),   # gate and up: 128 wide tiles
+    (64, 3072, 8192, 4),    # down: 64 blocks, three waves
+    (128, 3072, 8192, 2),   # two row tiles
+    (16, 16384, 3072, 1),   # 256 tiles of 64 columns, 12 deep blocks: 6 each would need 512
+    (16, 3072, 8192, 4),
+])
+def test_inputs_split_in_powers_of_two_within_three_waves(rows, n, k, want):
+    """Orpheus-3B's linears on an H100's 132 processors."""
+    block_m, block_n, block_k = int8_rows.tiles(rows, n)[:3]
+    tiles = -(-rows // block_m) * -(-n // block_n)
+    with mock.patch.object(int8_rows, "processors", lambda device: 132):
+        assert int8_rows.split_for(tiles, -(-k // block_k), torch.device("cpu")) == want
 
 
 def _quantized(quant: str, dtype: str = "bf16"):
