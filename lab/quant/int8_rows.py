@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lab.quant.split_sums import WAVES, added, output, processors
+from lab.quant.split_sums import added, output, processors, splits
 from lab.quant.triton_site import runs_kernels, tl, triton, widens
 
 FLOAT_ROWS = (torch.bfloat16, torch.float16)
@@ -107,11 +107,7 @@ def split_for(tile_count: int, blocks: int, device: torch.device) -> int:
     """How many programs share each output tile's `blocks` of inputs: the largest power of two
     that divides them, leaves each program `MIN_BLOCKS` or more, and keeps the grid within
     `split_sums.WAVES` waves of the device's processors (`tiles` gives the probe behind it)."""
-    split = 1
-    while (blocks % (2 * split) == 0 and blocks // (2 * split) >= MIN_BLOCKS
-           and tile_count * 2 * split <= WAVES * processors(device)):
-        split *= 2
-    return split
+    return splits(tile_count, blocks, processors(device), MIN_BLOCKS, powers_of_two=True)
 
 
 @torch.library.custom_op("lab::int8_rows_mm", mutates_args=())

@@ -39,12 +39,15 @@ if triton is not None:
 
 
 @functools.cache
-def splits(tile_count: int, steps: int, processor_count: int) -> int:
+def splits(tile_count: int, steps: int, processor_count: int, least: int = 1,
+           powers_of_two: bool = False) -> int:
     """How many programs share each output tile's `steps` (groups or blocks of inputs): the
-    most that divides `steps` and keeps the grid within `WAVES` waves of the device's
-    processors."""
+    most that divides `steps`, leaves each program `least` steps or more and keeps the grid
+    within `WAVES` waves of the device's processors; with `powers_of_two`, only those."""
     best = 1
-    for split in range(2, steps + 1):
+    for split in range(2, steps // least + 1):
+        if powers_of_two and split & (split - 1):
+            continue
         if steps % split == 0 and tile_count * split <= WAVES * processor_count:
             best = split
     return best
