@@ -38,10 +38,12 @@ from torch import nn
 from lab.quant.split_sums import added, output, processors, splits
 from lab.quant.triton_site import runs_kernels, tl, triton, widens
 
-# From 16 rows the kernel: four Orpheus-3B blocks' linears on an H100 took 0.454 ms through it
-# at 16 rows against tinygemm's 0.521, and 0.428 against 0.409 at 12
-# (`benchmarks/results/linear_kernels_int4_split_few.md`).
-MIN_ROWS = 16
+# From 8 rows the kernel, with its 16-row tiles (`tiles`): on an H200, one Orpheus-3B block's
+# four linears took 70 us through it at 8 rows against tinygemm's 86, and 70 against 57 at 4
+# rows (a one-off probe, each layer alone, 8 weight copies in one CUDA graph). With 64-row
+# tiles, tinygemm had won up to 12 rows on an H100 (`linear_kernels_int4_split_few.md`).
+MIN_ROWS = 8
+FEW = 16  # rows up to which a tile is 16 rows tall (`tiles`)
 MID = 8  # tinygemm's midpoint: a 4-bit value q means (q - 8) * scale + zero
 DEEP = 16384  # outputs from which a layer's loads run 3 stages deep (`tiles`)
 
@@ -180,16 +182,25 @@ def int4_rows_reference(x: torch.Tensor, plain: PlainInt4) -> torch.Tensor:
 
 
 def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
-    """(block_m, block_n, warps, stages) for `rows` x `n`: 64-row tiles whatever the rows (on
-    an H100, four Orpheus-3B blocks' linears took 0.62-0.64 ms at 17 to 64 rows with them,
-    0.77-0.80 ms at 17 to 32 rows with 32-row tiles:
-    `benchmarks/results/linear_kernels_int4_m64.md`), 64-column tiles, 4 warps, 2 stages: with
-    the groups split (`splits`), the fastest or within 1% of it at 8 to 64 rows of 18 tried
-    (`linear_kernels_int4_split_tiles.md`, `_few.md`): 0.43-0.48 ms at 16 to 64 rows. Layers
-    of `DEEP` outputs or more, whose tiles fill the device unsplit, take 3 stages: on an H200,
-    Orpheus-3B's gate/up product at 64 rows took 40.7 us with them against 53.2 with 2 (a
-    one-off probe of 90 shapes, 8 weight copies; bf16 27.3), where the other layers moved by
-    under 2%."""
+    """(block_m, block_n, warps, stages) for `rows` x `n`.
+
+    Up to `FEW` rows, tiles 16 rows tall and 3 stages deep, 128 columns wide on layers of
+    `DEEP` outputs or more and 64 elsewhere: on an H200 at 16 rows, one Orpheus-3B block's
+    four linears took 71 us with them against 95 with the 64-row tiles below (gate/up 28.2
+    against 39.8; one-off probes of 6 to 9 tile shapes at 1 to 64 rows, each layer alone, 8
+    weight copies in one CUDA graph). A 64-row tile on 16 rows spends three quarters of
+    its dots on padding.
+
+    Beyond, 64-row tiles (on an H100, four Orpheus-3B blocks' linears took 0.62-0.64 ms at 17
+    to 64 rows with them, 0.77-0.80 ms at 17 to 32 rows with 32-row tiles:
+    `benchmarks/results/linear_kernels_int4_m64.md`), 64 columns, 4 warps, 2 stages: with the
+    groups split (`splits`), the fastest or within 1% of it at 8 to 64 rows of 18 tried
+    (`linear_kernels_int4_split_tiles.md`, `_few.md`). Layers of `DEEP` outputs or more,
+    whose tiles fill the device unsplit, take 3 stages: on an H200, Orpheus-3B's gate/up
+    product at 64 rows took 40.7 us with them against 53.2 with 2 (a one-off probe of 90
+    shapes, 8 weight copies; bf16 27.3), where the other layers moved by under 2%."""
+    if rows <= FEW:
+        return 16, 128 if n >= DEEP else 64, 4, 3
     return 64, 64, 4, 3 if n >= DEEP else 2
 
 

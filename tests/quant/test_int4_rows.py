@@ -55,8 +55,8 @@ def test_a_weight_that_is_not_those_int4_values_is_refused():
 
 @pytest.mark.parametrize(("rows", "dtype", "interpreted", "taken"), [
     (1, torch.bfloat16, True, False),      # one row: tinygemm
-    (15, torch.bfloat16, True, False),     # tinygemm, faster below 16 rows
-    (16, torch.bfloat16, True, True),
+    (7, torch.bfloat16, True, False),      # tinygemm, faster below 8 rows
+    (8, torch.bfloat16, True, True),
     (64, torch.bfloat16, True, True),
     (64, torch.float16, True, False),      # tinygemm's int4 path is bf16 only
     (64, torch.bfloat16, False, False),    # a CPU without the interpreter
@@ -84,6 +84,17 @@ def test_few_output_tiles_split_their_groups_within_three_waves(rows, n, groups,
     block_m, block_n = int4_rows.tiles(rows, n)[:2]
     tiles = -(-rows // block_m) * -(-n // block_n)
     assert split_sums.splits(tiles, groups, 132) == want
+
+
+@pytest.mark.parametrize(("rows", "n", "want"), [
+    (8, 5120, (16, 64, 4, 3)),
+    (16, 3072, (16, 64, 4, 3)),
+    (16, int4_rows.DEEP, (16, 128, 4, 3)),  # gate and up: 128 wide
+    (17, 5120, (64, 64, 4, 2)),
+])
+def test_few_rows_take_tiles_sixteen_rows_tall(rows, n, want):
+    """A 64-row tile over 16 rows spends three quarters of its dots on padding."""
+    assert int4_rows.tiles(rows, n) == want
 
 
 @pytest.mark.parametrize(("n", "stages"), [(3072, 2), (5120, 2), (int4_rows.DEEP, 3), (28672, 3)])
