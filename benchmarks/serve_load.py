@@ -48,8 +48,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from lab.bench.host_work import with_host_work
 from lab.bench.in_process import one_in_process, open_in_process, thread_clock
 from lab.bench.load_report import (
     LAG_WARN_MS,
@@ -98,35 +98,12 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     try:
         before = thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
-        alone = _with_host_work(summarize(records, "in-process", 1, wall_s), before,
+        alone = with_host_work(summarize(records, "in-process", 1, wall_s), before,
                                 thread_clock(pipe))
         open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
     finally:
         pipe.close()
     return [alone, *open_rows], records + open_records
-
-
-def _server_clock(url: str) -> tuple[int, float, float]:
-    """`thread_clock` of a server's pipeline, read from its /metrics (a server whose pipeline
-    runs in another process reports it four times a second, so a reading may lag 0.25 s)."""
-    text = httpx.get(f"{url}/metrics", trust_env=False, timeout=10).text
-    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
-    return (int(values.get("lab_worker_rounds_total", 0)),
-            values.get("lab_worker_busy_seconds_total", 0.0),
-            values.get("lab_engine_device_wait_seconds_total", 0.0))
-
-
-def _with_host_work(row: PointSummary, before: tuple[int, float, float],
-                    after: tuple[int, float, float]) -> PointSummary:
-    """The row with the serving thread's host work between two clock readings
-    (`thread_clock`, `_server_clock`) as a share of the point's wall time, and its mean
-    round. The thread books a round once it has handed out the round's audio, a moment after
-    the point's clock may have stopped, so a thread busy throughout can read a hair over the
-    wall time: the share is capped at 1."""
-    rounds, busy_s, wait_s = (b - a for a, b in zip(before, after, strict=True))
-    host = round(min(1.0, (busy_s - wait_s) / row.wall_s), 3) if row.wall_s else None
-    return replace(row, host_busy=host,
-                   round_ms=round(busy_s * 1000 / rounds, 3) if rounds else None)
 
 
 STATIC_SHAPE = "in-process static open"
@@ -175,7 +152,7 @@ def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape
     for rate in rates:
         before = thread_clock(pipe)
         point, wall_s = open_in_process(pipe, plan, rate, shape)
-        rows.append(_with_host_work(summarize(point, shape, rate, wall_s), before,
+        rows.append(with_host_work(summarize(point, shape, rate, wall_s), before,
                                     thread_clock(pipe)))
         records += point
     return rows, records
@@ -293,23 +270,17 @@ def served_sweep(args: argparse.Namespace, plan: LoadPlan, threads: int, mode: s
     shapes prefixed with the mode's (`SERVERS`)."""
     server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval,
                    mode == "engine-process")
-    marks, rows = [], []
-
-    def point_done(done: LoadResult) -> None:
-        rows.append(_with_host_work(done.rows[-1], marks[-1], _server_clock(server.url)))
-        on_point(_prefixed(replace(done, rows=list(rows)), SERVERS[mode]), ready)
-
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         target = SpeechTarget(f"{server.url}/v1/audio/speech", "", ready["voices"][0], args.format,
                               ready.get("sample_rate", 22050), args.timeout)
-        loaded = asyncio.run(run_load(target, plan, point_done,
-                                      lambda: marks.append(_server_clock(server.url))))
+        loaded = asyncio.run(run_load(
+            target, plan, lambda done: on_point(_prefixed(done, SERVERS[mode]), ready)))
     finally:
         server.stop(timeout_s=60)
     if loaded.unmeasured:
         raise RuntimeError(loaded.unmeasured)
-    return loaded.target, ready, _prefixed(replace(loaded, rows=rows), SERVERS[mode])
+    return loaded.target, ready, _prefixed(loaded, SERVERS[mode])
 
 
 def _prefixed(result: LoadResult, prefix: str) -> LoadResult:

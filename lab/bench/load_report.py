@@ -93,9 +93,9 @@ class PointSummary:
     how long the steps took that the point's streams waited on, where that is known."""
     host_busy: float | None = None
     """The share of the point's wall time the pipeline's serving thread spent on host work:
-    in rounds (`lab.worker.WorkerLoad`), less its waits for the device's tokens, where the
-    pipeline runs in this process. Near 1, the host thread rather than the device set the
-    pace."""
+    in rounds (`lab.worker.WorkerLoad`), less its waits for the device's tokens
+    (`lab.bench.host_work`), from the pipeline in this process or a lab server's `/metrics`.
+    Near 1, the host thread rather than the device set the pace."""
     round_ms: float | None = None
     """The serving thread's mean round over the point (one engine step each, for streams
     sharing an engine)."""

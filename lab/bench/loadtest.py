@@ -13,6 +13,9 @@ and each request after `--timeout`, so a run is bounded by points x (duration + 
 Only loopback URLs are accepted (`lab.bench.loopback`). `--processes N` sends every point from
 N processes (`lab.bench.load_shares`), so that a load of a few hundred streams measures the
 server rather than the client's own event loop; the report warns where requests went out late.
+From a lab server, each point also reads the serving thread's counters off `/metrics` as it
+starts and ends: the share of the point its thread spent on host work, and its mean round
+(`lab.bench.host_work`).
 
 Writes `<stem>.json` (every request) and `<stem>.html` (plotly, self-contained) under
 `--out`, and prints the summary table. Exit code 0 when any request got audio, 1 when none
@@ -37,6 +40,7 @@ import httpx
 from tqdm import tqdm
 
 from lab.bench.arrivals import poisson_arrivals
+from lab.bench.host_work import ThreadClock, clock_of_metrics, with_host_work
 from lab.bench.load_report import (
     TTFA_PARTS,
     PointSummary,
@@ -58,6 +62,7 @@ from lab.bench.speech_stream import FORMATS, StreamFailed, audio_counter
 
 SPEECH_PATH = "/v1/audio/speech"
 MODELS_PATH = "/v1/models"
+METRICS_PATH = "/metrics"
 SAMPLE_RATE_HEADER = "x-sample-rate"
 SERVER_TIMING_HEADER = "server-timing"
 MAX_PROCESSES = 64
@@ -254,14 +259,24 @@ async def served_model(client: httpx.AsyncClient, url: str) -> str:
                             "name it with --model") from err
 
 
+async def server_clock(client: httpx.AsyncClient, target: SpeechTarget) -> ThreadClock | None:
+    """The server's serving-thread counters from its `/metrics` (`lab.bench.host_work`); None
+    from a server that does not give them."""
+    url = target.url.removesuffix(SPEECH_PATH).rstrip("/") + METRICS_PATH
+    try:
+        response = await client.get(url)
+    except httpx.HTTPError:
+        return None
+    return clock_of_metrics(response.text) if response.is_success else None
+
+
 async def run_load(target: SpeechTarget, plan: LoadPlan,
-                   on_point: Callable[[LoadResult], None] | None = None,
-                   before_point: Callable[[], None] | None = None) -> LoadResult:
+                   on_point: Callable[[LoadResult], None] | None = None) -> LoadResult:
     """Warm up, then every load point in turn on one client. A server that answers none of
     the warm-up requests is not loaded at all: minutes of refused connections say nothing.
-    Without a model name, the first one the server lists is asked for. `on_point` gets what
-    was measured so far after each point, for a caller that saves as it goes;
-    `before_point` is called as each point starts (to read the server's counters)."""
+    Without a model name, the first one the server lists is asked for. Each row carries the
+    server's host work over its point where the server's `/metrics` gives it. `on_point` gets
+    what was measured so far after each point, for a caller that saves as it goes."""
     rows: list[PointSummary] = []
     records: list[RequestRecord] = []
     async with loopback_client(target.timeout_s) as client:
@@ -276,10 +291,10 @@ async def run_load(target: SpeechTarget, plan: LoadPlan,
             senders = (stack.enter_context(Senders(plan.processes))
                        if plan.processes > 1 else None)
             for shape, load in plan.points():
-                if before_point is not None:
-                    before_point()
+                before = await server_clock(client, target)
                 point, wall_s = await run_point(client, target, plan, shape, load, senders)
-                rows.append(summarize(point, shape, load, wall_s))
+                rows.append(with_host_work(summarize(point, shape, load, wall_s), before,
+                                           await server_clock(client, target)))
                 records += point
                 if on_point is not None:
                     on_point(LoadResult(target, list(rows), list(records), errors))

@@ -444,6 +444,8 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
         if req["reads"] > 1:  # pcm: every read carries audio, so the tightest moment is later
             assert 0 < req["tightest_s"] < req["latency_s"]
     assert all(0 <= r["realtime_fraction"] <= 1 and r["ttfa_p50_ms"] > 0 for r in rows)
+    # the server's serving thread over each point, read off its /metrics
+    assert all(0 < r["host_busy"] <= 1 and r["round_ms"] > 0 for r in rows)
     html = (tmp_path / "run.html").read_text()
     assert "plotly" in html and "TTFA" in html and "<script" in html
     assert "Open-loop points over time" in html and html.count("plotly.js v") == 1
@@ -459,6 +461,7 @@ def test_closed_and_open_loop_against_the_voice(voice_server, tmp_path, capsys):
             "--stem run`"
             ) in md
     assert "| closed | 2 |" in md and "| outside ms |" in md and "### open 1.5/s over time" in md
+    assert "| host_busy | round_ms |" in md
     assert "- open: every stream in real time up to 1.5/s" in md
     _a_note_added_to_the_json_survives_a_render(tmp_path, report)
 
@@ -568,6 +571,7 @@ def test_errors_are_counted_by_kind(path, kind, tmp_path):
                                     "--timeout", "0.5", "--format", fmt)
     assert code == 1  # nothing got through
     assert report["rows"][0]["errors"] == {kind: 4}
+    assert report["rows"][0]["host_busy"] is None  # no lab /metrics to read it from
     assert report["rows"][0]["realtime_fraction"] == 0
     if kind != "http_429":  # the audio that came before the failure is still counted
         assert all(r["audio_s"] == pytest.approx(0.1) for r in report["requests"])

@@ -1,0 +1,57 @@
+"""How much of a load point the pipeline's serving thread spent on host work, and its mean round.
+
+A streaming server keeps every stream in real time only while its serving thread's rounds
+(one engine step each, with the codec work it made due) stay short. When the thread is busy
+nearly all the point's wall time outside its waits for the device, Python on the host, not the
+GPU, sets every stream's pace, and a faster GPU would not help. The thread keeps three counters
+(`lab.worker.WorkerLoad` and the engine's device waits); a point reads them as it starts and
+ends, from the pipeline in this process (`lab.bench.in_process.thread_clock`) or from a
+server's `/metrics`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from lab.bench.load_report import PointSummary
+
+ThreadClock = tuple[int, float, float]
+"""The serving thread so far: its rounds, its busy seconds, and the seconds of them it waited
+for the device's sampled tokens."""
+
+COUNTERS = ("lab_worker_rounds_total", "lab_worker_busy_seconds_total",
+            "lab_engine_device_wait_seconds_total")
+
+
+def clock_of_metrics(exposition: str) -> ThreadClock | None:
+    """The thread's counters from a server's Prometheus text; None where it has none (a server
+    that is not the lab's, or whose text does not parse), so a load test of any server still
+    runs."""
+    try:
+        values = {sample.name: sample.value
+                  for family in text_string_to_metric_families(exposition)
+                  for sample in family.samples}
+    except ValueError:
+        return None
+    if COUNTERS[0] not in values:
+        return None
+    rounds, busy, wait = (values.get(name, 0.0) for name in COUNTERS)
+    return int(rounds), busy, wait
+
+
+def with_host_work(row: PointSummary, before: ThreadClock | None,
+                   after: ThreadClock | None) -> PointSummary:
+    """The row with the thread's host work between two readings as a share of the point's wall
+    time, and its mean round; the row as it was without both readings. The thread books a
+    round once it has handed out the round's audio, a moment after the point's clock may have
+    stopped, so a thread busy throughout can read a hair over the wall time: the share is
+    capped at 1. A server whose pipeline runs in another process reports its counters four
+    times a second, so a reading of it may lag by a quarter of a second."""
+    if before is None or after is None:
+        return row
+    rounds, busy_s, wait_s = (b - a for a, b in zip(before, after, strict=True))
+    host = round(min(1.0, (busy_s - wait_s) / row.wall_s), 3) if row.wall_s else None
+    return replace(row, host_busy=host,
+                   round_ms=round(busy_s * 1000 / rounds, 3) if rounds else None)
