@@ -80,6 +80,8 @@ COLUMNS = {
     "realtime_fraction": Column("At real time", PERCENT),
     "audio_s_per_s": Column("Audio s per s", ONE),
     "busy": Column("Utilisation %", ONE),
+    "host_busy": Column("Serving thread on host", PERCENT),
+    "round_ms": Column("Round (ms)", ONE),
     "errors": Column("Errors"),
 }
 SPLIT_LABEL = ("Where the time to first audio went, from the server's Server-Timing "

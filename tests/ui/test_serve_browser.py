@@ -78,6 +78,9 @@ def test_start_sweep_and_stop_a_server(app, page):
     for row in rows:
         assert row["Requests"] == row["OK"] == "2" and row["Errors"] == "0", row
         assert row["At real time"].endswith("%") and row[BUSY], row
+        # the serving thread's share of the point on host work, and its mean round
+        assert row["Serving thread on host"].endswith("%"), row
+        assert float(row["Round (ms)"].replace(",", "")) > 0, row
         assert float(row["TTFA p95 (ms)"].replace(",", "")) > 0, row
     split = table_rows(page, "#serve-split")  # each point's TTFA by the server's own split
     assert [(r["shape"], r["load"]) for r in split] == [("closed", "1"), ("closed", "2")], split
