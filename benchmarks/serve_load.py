@@ -99,7 +99,7 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
         before = thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
         alone = with_host_work(summarize(records, "in-process", 1, wall_s), before,
-                                thread_clock(pipe))
+                               thread_clock(pipe))
         open_rows, open_records = _open_points(pipe, plan, rates, "in-process open")
     finally:
         pipe.close()
@@ -153,7 +153,7 @@ def _open_points(pipe: Pipeline, plan: LoadPlan, rates: tuple[float, ...], shape
         before = thread_clock(pipe)
         point, wall_s = open_in_process(pipe, plan, rate, shape)
         rows.append(with_host_work(summarize(point, shape, rate, wall_s), before,
-                                    thread_clock(pipe)))
+                                   thread_clock(pipe)))
         records += point
     return rows, records
 

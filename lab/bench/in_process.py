@@ -13,13 +13,14 @@ import time
 from tqdm import tqdm
 
 from lab.bench.arrivals import open_loop, poisson_arrivals
+from lab.bench.host_work import ThreadClock
 from lab.bench.load_report import RequestRecord, median
 from lab.bench.loadtest import LoadPlan, draw_texts
 from lab.bench.playback import Timeline
 from lab.pipeline import AudioChunk, Pipeline
 
 
-def thread_clock(pipe: Pipeline) -> tuple[int, float, float]:
+def thread_clock(pipe: Pipeline) -> ThreadClock:
     """The pipeline's serving thread so far: its rounds, its busy seconds, and the seconds of
     them it waited for the device's tokens (none for a family without an engine)."""
     load, queue = pipe.worker_load(), pipe.engine_queue()
