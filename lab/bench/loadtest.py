@@ -63,6 +63,10 @@ from lab.bench.speech_stream import FORMATS, StreamFailed, audio_counter
 SPEECH_PATH = "/v1/audio/speech"
 MODELS_PATH = "/v1/models"
 METRICS_PATH = "/metrics"
+COUNTERS_SETTLE_S = 0.3
+"""A server whose pipeline runs in a process of its own books its thread's counters four times
+a second: read a moment later, they hold the rounds of what has just ended (the warm-up before
+a point, the point's last requests after it)."""
 SAMPLE_RATE_HEADER = "x-sample-rate"
 SERVER_TIMING_HEADER = "server-timing"
 MAX_PROCESSES = 64
@@ -260,9 +264,11 @@ async def served_model(client: httpx.AsyncClient, url: str) -> str:
 
 
 async def server_clock(client: httpx.AsyncClient, target: SpeechTarget) -> ThreadClock | None:
-    """The server's serving-thread counters from its `/metrics` (`lab.bench.host_work`); None
-    from a server that does not give them."""
+    """The server's serving-thread counters from its `/metrics` (`lab.bench.host_work`),
+    read `COUNTERS_SETTLE_S` after the call, once what came before is on them; None from a
+    server that does not give them."""
     url = target.url.removesuffix(SPEECH_PATH).rstrip("/") + METRICS_PATH
+    await asyncio.sleep(COUNTERS_SETTLE_S)
     try:
         response = await client.get(url)
     except httpx.HTTPError:
@@ -293,8 +299,8 @@ async def run_load(target: SpeechTarget, plan: LoadPlan,
             for shape, load in plan.points():
                 before = await server_clock(client, target)
                 point, wall_s = await run_point(client, target, plan, shape, load, senders)
-                rows.append(with_host_work(summarize(point, shape, load, wall_s), before,
-                                           await server_clock(client, target)))
+                after = await server_clock(client, target) if before else None
+                rows.append(with_host_work(summarize(point, shape, load, wall_s), before, after))
                 records += point
                 if on_point is not None:
                     on_point(LoadResult(target, list(rows), list(records), errors))
