@@ -23,6 +23,7 @@ for the device's sampled tokens."""
 
 COUNTERS = ("lab_worker_rounds_total", "lab_worker_busy_seconds_total",
             "lab_engine_device_wait_seconds_total")
+"""The three counters' names in a lab server's `/metrics`, in `ThreadClock`'s order."""
 
 
 def clock_of_metrics(exposition: str) -> ThreadClock | None:
@@ -47,8 +48,7 @@ def with_host_work(row: PointSummary, before: ThreadClock | None,
     time, and its mean round; the row as it was without both readings. The thread books a
     round once it has handed out the round's audio, a moment after the point's clock may have
     stopped, so a thread busy throughout can read a hair over the wall time: the share is
-    capped at 1. A server whose pipeline runs in another process reports its counters four
-    times a second, so a reading of it may lag by a quarter of a second."""
+    capped at 1."""
     if before is None or after is None:
         return row
     rounds, busy_s, wait_s = (b - a for a, b in zip(before, after, strict=True))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from lab.bench.host_work import COUNTERS
 from lab.bench.loadtest import LoadTestError, SpeechTarget, served_model, speech_url
 from lab.bench.loopback import loopback_client, loopback_url
 from lab.serve import LabServer, ServeOptions
@@ -180,8 +181,9 @@ class BusyShare:
 def host_seconds(values: dict[str, float]) -> float | None:
     """The serving thread's busy seconds less those it waited for the device's tokens (an
     engine family's `lab_engine_device_wait_seconds_total`); None from a server without them."""
-    busy = values.get("lab_worker_busy_seconds_total")
-    return None if busy is None else busy - values.get("lab_engine_device_wait_seconds_total", 0)
+    _, busy_name, wait_name = COUNTERS
+    busy = values.get(busy_name)
+    return None if busy is None else busy - values.get(wait_name, 0)
 
 
 def metric_samples(exposition: str) -> tuple[dict[str, float], dict[str, float]]:
