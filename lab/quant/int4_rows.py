@@ -4,15 +4,18 @@ int4 weights.
 torchao's int4 weight-only linear (group 128, asymmetric, `tile_packed_to_4d`) calls
 tinygemm, a CUDA kernel built for a few rows: as served on an H100, a batch-64 decode step of
 the Orpheus shape took 13.98 ms against 3.74 in bf16, although it reads a quarter of the bytes
-(with this kernel: 3.97 ms against 3.40, `benchmarks/results/peers_b64.md`). tinygemm's
-tiles cannot be read by another kernel, so `route` gives each int4 linear a second, plain copy
-of the same quantized values: two per byte along the input dimension (low nibble first), with
-tinygemm's scale and zero per group of 128 inputs and output. The kernel reads every packed
-tile once per tile of rows and multiplies the raw 4-bit values (exact in bf16) on the tensor
-cores; each group's scale and zero are applied to the [rows x outputs] partial product, not
-to every weight:
-
-    sum_k x_k ((q_k - 8) s + z) = s (x . q) + (z - 8 s) sum_k x_k
+(with an earlier form of this kernel: 3.97 ms against 3.40,
+`benchmarks/results/peers_b64.md`). tinygemm's tiles cannot be read by another kernel, so
+`route` gives each int4 linear a second, plain copy of the same quantized values: two per
+byte along the input dimension (low nibble first), with tinygemm's scale and zero per group
+of 128 inputs and output. The kernel reads every packed
+tile once per tile of rows, turns each group's 4-bit values into bf16 weights in registers,
+(q - 8) s + z (the rounding tinygemm's bf16 product makes too), and multiplies them on the
+tensor cores into one float32 accumulator. Scaling each group's partial product instead
+keeps the 4-bit values exact but waits for every group's dot before the next: on an H200 the
+four linears of one Orpheus-3B block took 95 us that way at 32 rows against 74 now, and 168
+against 143 at 128 (one-off probes, each layer alone, 8 weight copies in one CUDA graph; bf16
+66 and 71).
 
 Where a layer has too few output tiles to fill the device, several programs share each tile's
 groups and their float32 partial sums are added afterwards, in a fixed order
@@ -44,8 +47,11 @@ from lab.quant.triton_site import runs_kernels, tl, triton, widens
 # tiles, tinygemm had won up to 12 rows on an H100 (`linear_kernels_int4_split_few.md`).
 MIN_ROWS = 8
 FEW = 16  # rows up to which a tile is 16 rows tall (`tiles`)
+HALF = 32  # rows up to which a tile is 32 rows tall
+MANY = 64  # rows past which the widest layers take 128-column tiles
+DEEP_SPLIT = 2  # ways the widest layers share each tile's groups from FEW to MANY rows
 MID = 8  # tinygemm's midpoint: a 4-bit value q means (q - 8) * scale + zero
-DEEP = 16384  # outputs from which a layer's loads run 3 stages deep (`tiles`)
+DEEP = 16384  # outputs from which a layer takes its own tiles and split (`tiles`)
 
 if triton is not None:
 
@@ -53,12 +59,13 @@ if triton is not None:
     def _int4_rows_mm(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, rows, n, x_row, w_row, sz_group,
                       y_row, y_split, per_split, block_m: tl.constexpr, block_n: tl.constexpr,
                       group: tl.constexpr, widen: tl.constexpr):
-        """y[m, j] = sum over groups of s (x . q) + (z - 8 s) sum(x), one (block_m, block_n)
-        tile of y per program over `per_split` groups of inputs, one group per iteration;
-        program (., ., i) writes its sum over the i-th run of groups to y's i-th split. The two
-        4-bit values of a byte are interleaved back in registers (two dots over the even and
-        odd inputs instead, with strided loads of x, were 3 to 9 times slower on an H100).
-        `widen`: float32 dots, for the interpreter, whose dot misreads bf16."""
+        """y[m, j] = sum over inputs of x w, w = (q - 8) s + z rebuilt in bf16 per group, one
+        (block_m, block_n) tile of y per program over `per_split` groups of inputs, one group
+        per iteration, the dots chained into one accumulator; program (., ., i) writes its sum
+        over the i-th run of groups to y's i-th split. The two 4-bit values of a byte are
+        interleaved back in registers (two dots over the even and odd inputs instead, with
+        strided loads of x, were 3 to 9 times slower on an H100). `widen`: float32 dots, for
+        the interpreter, whose dot misreads bf16."""
         m = tl.program_id(0) * block_m + tl.arange(0, block_m)
         j = tl.program_id(1) * block_n + tl.arange(0, block_n)
         first = tl.program_id(2) * per_split
@@ -72,12 +79,11 @@ if triton is not None:
                 a = a.to(tl.float32)
             packed = tl.load(w_ptr + j[:, None].to(tl.int64) * w_row + g * (group // 2)
                              + half[None, :], mask=j[:, None] < n, other=0)
-            q = tl.join(packed & 15, packed >> 4).reshape(block_n, group)
-            dot = tl.dot(a, tl.trans(q.to(a.dtype)))
+            q = tl.join(packed & 15, packed >> 4).reshape(block_n, group).to(tl.float32)
             s = tl.load(s_ptr + g * sz_group + j, mask=j < n, other=0.0).to(tl.float32)
             z = tl.load(z_ptr + g * sz_group + j, mask=j < n, other=0.0).to(tl.float32)
-            total = tl.sum(a.to(tl.float32), 1)
-            acc += dot * s[None, :] + total[:, None] * (z - 8.0 * s)[None, :]
+            w = q * s[:, None] + (z - 8.0 * s)[:, None]
+            acc = tl.dot(a, tl.trans(w.to(a.dtype)), acc)
         out = y_ptr + tl.program_id(2).to(tl.int64) * y_split
         tl.store(out + m[:, None].to(tl.int64) * y_row + j[None, :],
                  acc.to(y_ptr.dtype.element_ty), mask=(m[:, None] < rows) & (j[None, :] < n))
@@ -161,7 +167,7 @@ def launch(x: torch.Tensor, plain: PlainInt4, config: tuple[int, ...] | None = N
     n, groups = plain.packed.shape[0], plain.scale.shape[0]
     block_m, block_n, warps, stages = config or tiles(rows, n)
     grid = (triton.cdiv(rows, block_m), triton.cdiv(n, block_n))
-    split = split or splits(grid[0] * grid[1], groups, processors(x.device))
+    split = split or split_for(rows, n, grid[0] * grid[1], groups, processors(x.device))
     y = output(rows, n, split, x)
     _int4_rows_mm[(*grid, split)](x, plain.packed, plain.scale, plain.zero, y, rows, n,
                                   x.stride(0), plain.packed.stride(0), plain.scale.stride(0),
@@ -182,26 +188,38 @@ def int4_rows_reference(x: torch.Tensor, plain: PlainInt4) -> torch.Tensor:
 
 
 def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
-    """(block_m, block_n, warps, stages) for `rows` x `n`.
+    """(block_m, block_n, warps, stages) for `rows` x `n`: tiles about as tall as the rows,
+    so that few of their dots go to padding, 64 columns, 4 warps, 3 stages deep, but for
+    layers of `DEEP` outputs or more (Orpheus-3B's gate/up product), which fill the device
+    with their own tiles.
 
-    Up to `FEW` rows, tiles 16 rows tall and 3 stages deep, 128 columns wide on layers of
-    `DEEP` outputs or more and 64 elsewhere: on an H200 at 16 rows, one Orpheus-3B block's
-    four linears took 71 us with them against 95 with the 64-row tiles below (gate/up 28.2
-    against 39.8; one-off probes of 6 to 9 tile shapes at 1 to 64 rows, each layer alone, 8
-    weight copies in one CUDA graph). A 64-row tile on 16 rows spends three quarters of
-    its dots on padding.
-
-    Beyond, 64-row tiles (on an H100, four Orpheus-3B blocks' linears took 0.62-0.64 ms at 17
-    to 64 rows with them, 0.77-0.80 ms at 17 to 32 rows with 32-row tiles:
-    `benchmarks/results/linear_kernels_int4_m64.md`), 64 columns, 4 warps, 2 stages: with the
-    groups split (`splits`), the fastest or within 1% of it at 8 to 64 rows of 18 tried
-    (`linear_kernels_int4_split_tiles.md`, `_few.md`). Layers of `DEEP` outputs or more,
-    whose tiles fill the device unsplit, take 3 stages: on an H200, Orpheus-3B's gate/up
-    product at 64 rows took 40.7 us with them against 53.2 with 2 (a one-off probe of 90
-    shapes, 8 weight copies; bf16 27.3), where the other layers moved by under 2%."""
+    From one-off probes on an H200, each Orpheus-3B layer alone, 8 weight copies in one CUDA
+    graph, 6 to 33 tile and split choices a row count; one block's four linears:
+    - up to `FEW` rows, 16 rows tall, the widest layers 128 columns: 70 us at 8 and 16 rows
+      (bf16 64);
+    - up to `HALF` rows, 32 rows tall, the widest layers split two ways (`split_for`): 74 us
+      at 24 and 32 rows (bf16 66); the gate/up product took 30 us so, 39 unsplit;
+    - up to `MANY` rows, 64 rows tall, the widest layers 2 stages deep and split two ways:
+      about 91 us at 48 and 64 rows (bf16 66); gate/up 35-37 us so, 40-42 unsplit with 3
+      stages, 50 split with 3;
+    - beyond, the widest layers 128 columns and 8 warps: 143 us at 96 and 128 rows (bf16 71);
+      gate/up 60 us so, 77 with 64 columns."""
     if rows <= FEW:
         return 16, 128 if n >= DEEP else 64, 4, 3
-    return 64, 64, 4, 3 if n >= DEEP else 2
+    if rows <= HALF:
+        return 32, 64, 4, 3
+    if n < DEEP:
+        return 64, 64, 4, 3
+    return (64, 64, 4, 2) if rows <= MANY else (64, 128, 8, 3)
+
+
+def split_for(rows: int, n: int, tile_count: int, groups: int, processor_count: int) -> int:
+    """How many programs share each output tile's groups: `DEEP_SPLIT` for layers of `DEEP`
+    outputs or more from `FEW` to `MANY` rows, whose tiles fill the device unsplit (see
+    `tiles`), and `splits`' choice elsewhere."""
+    if n >= DEEP and FEW < rows <= MANY:
+        return DEEP_SPLIT
+    return splits(tile_count, groups, processor_count)
 
 
 def takes(x: torch.Tensor) -> bool:

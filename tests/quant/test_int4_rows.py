@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.quant import int4_rows, split_sums, triton_site
+from lab.quant import int4_rows, triton_site
 from tests.kernels import run_check
 
 CHECKS = Path(__file__).with_name("int4_rows_checks.py")
@@ -73,32 +73,34 @@ def test_a_quantized_lm_sends_its_batched_rows_through_the_kernel():
 
 
 @pytest.mark.parametrize(("rows", "n", "groups", "want"), [
-    (64, 5120, 24, 4),   # q, k and v: 80 column tiles
-    (64, 3072, 24, 8),   # attention output: 48 tiles
-    (64, 16384, 24, 1),  # gate and up: 256 tiles already fill three waves
-    (64, 3072, 64, 8),   # down
-    (128, 3072, 64, 4),  # two row tiles
+    (64, 5120, 24, 4),    # q, k and v: 80 column tiles
+    (64, 3072, 24, 8),    # attention output: 48 tiles
+    (64, 3072, 64, 8),    # down
+    (128, 3072, 64, 4),   # two row tiles
+    (16, 16384, 24, 3),   # gate and up at 16 rows: 128 tiles of 128 columns
+    (32, 16384, 24, 2),   # gate and up: 256 tiles fill three waves, yet gain from two ways
+    (64, 16384, 24, 2),
+    (128, 16384, 24, 1),  # two row tiles of 128 columns
 ])
-def test_few_output_tiles_split_their_groups_within_three_waves(rows, n, groups, want):
-    """Orpheus-3B's linears on an H100's 132 processors."""
+def test_few_output_tiles_split_their_groups(rows, n, groups, want):
+    """Orpheus-3B's linears on an H100's 132 processors: within three waves, but the widest
+    layers two ways from 17 to 64 rows."""
     block_m, block_n = int4_rows.tiles(rows, n)[:2]
     tiles = -(-rows // block_m) * -(-n // block_n)
-    assert split_sums.splits(tiles, groups, 132) == want
+    assert int4_rows.split_for(rows, n, tiles, groups, 132) == want
 
 
 @pytest.mark.parametrize(("rows", "n", "want"), [
     (8, 5120, (16, 64, 4, 3)),
     (16, 3072, (16, 64, 4, 3)),
     (16, int4_rows.DEEP, (16, 128, 4, 3)),  # gate and up: 128 wide
-    (17, 5120, (64, 64, 4, 2)),
+    (17, 5120, (32, 64, 4, 3)),
+    (32, int4_rows.DEEP, (32, 64, 4, 3)),
+    (33, 3072, (64, 64, 4, 3)),
+    (64, int4_rows.DEEP, (64, 64, 4, 2)),   # and split two ways
+    (65, int4_rows.DEEP, (64, 128, 8, 3)),
+    (128, 5120, (64, 64, 4, 3)),
 ])
-def test_few_rows_take_tiles_sixteen_rows_tall(rows, n, want):
+def test_tiles_are_about_as_tall_as_the_rows(rows, n, want):
     """A 64-row tile over 16 rows spends three quarters of its dots on padding."""
     assert int4_rows.tiles(rows, n) == want
-
-
-@pytest.mark.parametrize(("n", "stages"), [(3072, 2), (5120, 2), (int4_rows.DEEP, 3), (28672, 3)])
-def test_layers_whose_tiles_fill_the_device_unsplit_load_three_stages_deep(n, stages):
-    """Orpheus-3B's gate/up (16,384 outputs) gained 24% with 3 stages on an H200; the rest
-    stay at the 2 that an H100 chose."""
-    assert int4_rows.tiles(64, n)[3] == stages
