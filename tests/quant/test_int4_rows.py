@@ -19,6 +19,10 @@ def test_the_kernel_matches_the_float_product_of_its_int4_weights():
     run_check(CHECKS, "kernel_matches_reference")
 
 
+def test_the_widest_layers_tiles_and_splits_compute_the_same_product():
+    run_check(CHECKS, "widest_layers_take_their_own_tiles_and_split")
+
+
 def _torchao_int4(n: int, k: int, group: int = 128):
     """torchao's own int4 values, scale and zero (tinygemm's scheme, its CPU primitives) of a
     random bf16 weight, and the weight they dequantize to."""
