@@ -214,9 +214,11 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
 
 
 def split_for(rows: int, n: int, tile_count: int, groups: int, processor_count: int) -> int:
-    """How many programs share each output tile's groups: `DEEP_SPLIT` for layers of `DEEP`
-    outputs or more from `FEW` to `MANY` rows, whose tiles fill the device unsplit (see
-    `tiles`), and `splits`' choice elsewhere."""
+    """How many programs share each output tile's groups: `splits`' choice (as many as keep
+    the grid within three waves of the processors), but `DEEP_SPLIT` for layers of `DEEP`
+    outputs or more from `FEW` to `MANY` rows. Their tiles alone fill three waves, yet each
+    program spends most of its time waiting on loads, and twice the programs hide more of
+    those waits (the gate/up figures in `tiles`)."""
     if n >= DEEP and FEW < rows <= MANY:
         return DEEP_SPLIT
     return splits(tile_count, groups, processor_count)
