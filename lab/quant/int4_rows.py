@@ -216,9 +216,10 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
 def split_for(rows: int, n: int, tile_count: int, groups: int, processor_count: int) -> int:
     """How many programs share each output tile's groups: `splits`' choice (as many as keep
     the grid within three waves of the processors), but `DEEP_SPLIT` for layers of `DEEP`
-    outputs or more from `FEW` to `MANY` rows. Their tiles alone fill three waves, yet each
-    program spends most of its time waiting on loads, and twice the programs hide more of
-    those waits (the gate/up figures in `tiles`)."""
+    outputs or more from `FEW` to `MANY` rows. Their tiles alone (256 for Orpheus-3B's
+    gate/up on a 132-processor GPU) come near two waves, and two ways would pass three; yet
+    each program spends most of its time waiting on loads, and twice the programs hide more
+    of those waits (the gate/up figures in `tiles`)."""
     if n >= DEEP and FEW < rows <= MANY:
         return DEEP_SPLIT
     return splits(tile_count, groups, processor_count)

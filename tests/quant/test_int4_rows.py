@@ -82,7 +82,7 @@ def test_a_quantized_lm_sends_its_batched_rows_through_the_kernel():
     (64, 3072, 64, 8),    # down
     (128, 3072, 64, 4),   # two row tiles
     (16, 16384, 24, 3),   # gate and up at 16 rows: 128 tiles of 128 columns
-    (32, 16384, 24, 2),   # gate and up: 256 tiles fill three waves, yet gain from two ways
+    (32, 16384, 24, 2),   # gate and up: 256 tiles; two ways pass three waves, yet gain
     (64, 16384, 24, 2),
     (128, 16384, 24, 1),  # two row tiles of 128 columns
 ])
