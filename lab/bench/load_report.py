@@ -344,6 +344,28 @@ def lag_lines(rows: Sequence[PointSummary]) -> list[str]:
                 "--processes N`) keep it out of the measurement."]
 
 
+HOST_BOUND = 0.85
+"""A serving thread on host work for this share of a point or more has little time left to
+wait for the device: the device waits for it instead."""
+
+
+def host_lines(rows: Sequence[PointSummary]) -> list[str]:
+    """A remark under the table for points whose serving thread was `HOST_BOUND` (read where
+    the benchmark could read the thread's counters), since there a faster GPU would not have
+    helped; nothing elsewhere."""
+    bound = [r for r in rows if r.host_busy is not None and r.host_busy >= HOST_BOUND]
+    if not bound:
+        return []
+    points = ", ".join(f"{r.load:g}{'/s' if 'open' in r.shape else ' in flight'} "
+                       f"({100 * r.host_busy:.0f}%"
+                       + (f", {r.round_ms:.1f} ms rounds)" if r.round_ms else ")")
+                       for r in bound)
+    return ["", f"The serving thread was on host work nearly all the time at {points}: "
+                "Python on the host, not the device, set the streams' pace there, so less "
+                "host work per stream and round would raise what it serves, a faster GPU "
+                "would not."]
+
+
 def capacity_lines(rows: Sequence[dict]) -> list[str]:
     """`capacity` as a report's lines under its table; nothing without rows."""
     if not rows:
@@ -431,7 +453,7 @@ def write_markdown(path: Path, result: dict) -> None:
              f"- Model `{meta.get('model') or '(the server default)'}`, voice "
              f"`{meta.get('voice')}`, format {meta.get('format')}",
              "", markdown_table(table_rows(rows)), *capacity_lines(table_rows(rows)),
-             *lag_lines(rows), "",
+             *lag_lines(rows), *host_lines(rows), "",
              "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     path.write_text("\n".join(lines) + "\n")

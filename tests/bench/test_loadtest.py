@@ -24,6 +24,7 @@ from lab.bench.load_report import (
     capacity,
     dry_streams,
     figure,
+    host_lines,
     lag_lines,
     over_time,
     percentile,
@@ -334,6 +335,18 @@ def test_the_lag_warning_names_the_points_where_the_generator_fell_behind():
     lines = lag_lines(point(8, 0.004) + point(16, 0.030) + point(32, 0.900))
     assert "fell behind at 16/s (30 ms), 32/s (900 ms)" in lines[-1]
     assert "8/s" not in lines[-1] and "--processes N" in lines[-1]
+
+
+def test_the_host_remark_names_the_points_whose_serving_thread_set_the_pace():
+    def point(load, busy, round_ms=None):
+        records = [replace(record(0.1, 0.2), shape="open", load=load)] * 3
+        return [replace(summarize(records, "open", load, wall_s=1.0), host_busy=busy,
+                        round_ms=round_ms)]
+
+    assert host_lines(point(8, None) + point(16, 0.84, 5.0)) == []
+    lines = host_lines(point(8, 0.5, 4.0) + point(16, 0.85) + point(32, 0.93, 8.42))
+    assert "at 16/s (85%), 32/s (93%, 8.4 ms rounds)" in lines[-1]
+    assert "8/s" not in lines[-1] and "faster GPU" in lines[-1]
 
 
 # --- a point spread over processes ------------------------------------------------------
