@@ -39,6 +39,7 @@ from lab.bench.load_report import (
     RequestRecord,
     capacity,
     figure,
+    host_lines,
     result_of,
     table_rows,
     ttfa_parts,
@@ -193,8 +194,11 @@ def table(rows: list[dict], gpu: bool) -> Styler:
 
 def capacity_text(rows: list[PointSummary]) -> str:
     """The sweep so far answers the tab's question: the highest load that kept every stream
-    in real time, per load shape (`lab.bench.load_report.capacity`)."""
-    return "**Capacity so far:** " + "; ".join(capacity(table_rows(rows)))
+    in real time, per load shape (`lab.bench.load_report.capacity`), and the points where
+    the serving thread, not the device, set the pace (`host_lines`)."""
+    remark = "".join(host_lines(rows))
+    return ("**Capacity so far:** " + "; ".join(capacity(table_rows(rows)))
+            + (f"\n\n{remark}" if remark else ""))
 
 
 def load_figure(rows: list[PointSummary]):

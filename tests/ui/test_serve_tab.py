@@ -9,10 +9,12 @@ import inspect
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import gradio as gr
 import pytest
 
+from lab.bench.load_report import RequestRecord, summarize
 from lab.bench.loadtest import SpeechTarget
 from lab.bench.loopback import NotLoopback
 from lab.metrics.telemetry import TelemetrySampler
@@ -162,3 +164,14 @@ def test_the_serve_tab_shares_the_knobs_and_tracks_progress(built_app):
         (handler,) = built_app.handlers(elem_id, "click")
         defaults = [p.default for p in inspect.signature(handler.fn).parameters.values()]
         assert any(isinstance(d, gr.Progress) and d.track_tqdm for d in defaults), elem_id
+
+
+def test_the_capacity_line_says_where_the_serving_thread_set_the_pace():
+    records = [RequestRecord(shape="open", load=4.0, chars=40, due_s=0.0, lag_s=0.001,
+                             ttfa_s=0.1, latency_s=2.0, audio_s=1.0, bytes=44100, reads=3,
+                             margin_s=0.2, error=None)] * 2
+    row = summarize(records, "open", 4.0, wall_s=1.0)
+    assert "host work" not in serve_tab.capacity_text([replace(row, host_busy=0.4)])
+    text = serve_tab.capacity_text([replace(row, host_busy=0.9, round_ms=7.5)])
+    assert text.startswith("**Capacity so far:** open:")
+    assert "host work nearly all the time at 4/s (90%, 7.5 ms rounds)" in text
