@@ -8,14 +8,13 @@ the Orpheus shape took 13.98 ms against 3.74 in bf16, although it reads a quarte
 `benchmarks/results/peers_b64.md`). tinygemm's tiles cannot be read by another kernel, so
 `route` gives each int4 linear a second, plain copy of the same quantized values: two per
 byte along the input dimension (low nibble first), with tinygemm's scale and zero per group
-of 128 inputs and output. The kernel reads every packed
-tile once per tile of rows, turns each group's 4-bit values into bf16 weights in registers,
-(q - 8) s + z (the rounding tinygemm's bf16 product makes too), and multiplies them on the
-tensor cores into one float32 accumulator. Scaling each group's partial product instead
-keeps the 4-bit values exact but waits for every group's dot before the next: on an H200 the
-four linears of one Orpheus-3B block took 95 us that way at 32 rows against 74 now, and 168
-against 143 at 128 (one-off probes, each layer alone, 8 weight copies in one CUDA graph; bf16
-66 and 71).
+of 128 inputs and output. The kernel reads every packed tile once per tile of rows, turns
+each group's 4-bit values into bf16 weights in registers, (q - 8) s + z (the rounding
+tinygemm's bf16 product makes too), and multiplies them on the tensor cores into one float32
+accumulator. Scaling each group's partial product instead keeps the 4-bit values exact but
+waits for every group's dot before the next: on an H200 the four linears of one Orpheus-3B
+block took 95 us that way at 32 rows against 74 now, and 168 against 143 at 128 (one-off
+probes, each layer alone, 8 weight copies in one CUDA graph; bf16 66 and 71).
 
 Where a layer has too few output tiles to fill the device, several programs share each tile's
 groups and their float32 partial sums are added afterwards, in a fixed order

@@ -39,15 +39,15 @@ def widest_layers_take_their_own_tiles_and_split(device: str) -> None:
     2 stages at 33 to 64, 128-wide tiles past 64), on a layer made to count as one."""
     deep = int4_rows.DEEP
     int4_rows.DEEP = 256
+    plain = _plain(256, 512, 128, device)
     try:
-        for rows, want in ((17, (32, 64, 4, 3)), (40, (64, 64, 4, 2)), (70, (64, 128, 8, 3))):
-            assert int4_rows.tiles(rows, 256) == want
-            plain = _plain(256, 512, 128, device)
+        for rows, tiles in ((17, (32, 64, 4, 3)), (40, (64, 64, 4, 2)), (70, (64, 128, 8, 3))):
+            assert int4_rows.tiles(rows, 256) == tiles
             x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows))
             x = x.to(device, torch.bfloat16)
             got = int4_rows.launch(x, plain)
-            want_y = int4_rows.int4_rows_reference(x, plain)
-            torch.testing.assert_close(got.float(), want_y.float(), rtol=2e-2, atol=2e-2)
+            want = int4_rows.int4_rows_reference(x, plain)
+            torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
     finally:
         int4_rows.DEEP = deep
 
