@@ -281,6 +281,12 @@ def held(row: dict) -> bool:
     return row["requests"] > 0 and row["ok"] == row["requests"] and row["realtime_fraction"] >= 1
 
 
+def load_words(shape: str, load: float) -> str:
+    """A point's load as the report's remarks name it: arrivals a second for an open-loop
+    shape, streams in flight for a closed one."""
+    return f"{load:g}{'/s' if 'open' in shape else ' in flight'}"
+
+
 def capacity(rows: Sequence[dict]) -> list[str]:
     """Per load shape, the highest point that `held`, with the streams it kept in flight (over
     the middle half where known) and its TTFA p95, then the lowest point that did not: the
@@ -290,18 +296,18 @@ def capacity(rows: Sequence[dict]) -> list[str]:
         points = sorted((r for r in rows if r["shape"] == shape), key=lambda r: r["load"])
         kept = [r for r in points if held(r)]
         missed = [r for r in points if not held(r)]
-        unit = "/s" if "open" in shape else " in flight"
         if kept:
             best = kept[-1]
             streams = best.get("mid_streams") or best["mean_streams"]
-            line = (f"{shape}: every stream in real time up to {best['load']:g}{unit} "
+            line = (f"{shape}: every stream in real time up to {load_words(shape, best['load'])} "
                     f"({streams:.1f} streams in flight, TTFA p95 {best['ttfa_p95_ms']:.0f} ms)")
         else:
             line = f"{shape}: no point kept every stream in real time"
         if missed:
             first = missed[0]
             failed = first["requests"] - first["ok"]
-            line += (f"; not at {first['load']:g}{unit}: {100 * first['realtime_fraction']:.1f}% "
+            line += (f"; not at {load_words(shape, first['load'])}: "
+                     f"{100 * first['realtime_fraction']:.1f}% "
                      "in real time" + (f", {failed} of {first['requests']} without audio"
                                        if failed else ""))
         lines.append(line)
@@ -336,8 +342,7 @@ def lag_lines(rows: Sequence[PointSummary]) -> list[str]:
     late = [r for r in rows if r.lag_p99_ms is not None and r.lag_p99_ms > LAG_WARN_MS]
     if not late:
         return []
-    points = ", ".join(f"{r.load:g}{'/s' if 'open' in r.shape else ' in flight'} "
-                       f"({r.lag_p99_ms:.0f} ms)" for r in late)
+    points = ", ".join(f"{load_words(r.shape, r.load)} ({r.lag_p99_ms:.0f} ms)" for r in late)
     return ["", f"The load generator fell behind at {points}: it started requests that late "
                 "after they were due (p99), so time to first audio and the real-time check "
                 "there include its own delay. More sending processes (`lab loadtest "
@@ -356,8 +361,7 @@ def host_lines(rows: Sequence[PointSummary]) -> list[str]:
     bound = [r for r in rows if r.host_busy is not None and r.host_busy >= HOST_BOUND]
     if not bound:
         return []
-    points = ", ".join(f"{r.load:g}{'/s' if 'open' in r.shape else ' in flight'} "
-                       f"({100 * r.host_busy:.0f}%"
+    points = ", ".join(f"{load_words(r.shape, r.load)} ({100 * r.host_busy:.0f}%"
                        + (f", {r.round_ms:.1f} ms rounds)" if r.round_ms else ")")
                        for r in bound)
     return ["", f"The serving thread was on host work nearly all the time at {points}: "
