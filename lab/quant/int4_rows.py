@@ -13,8 +13,15 @@ each group's 4-bit values into bf16 weights in registers, (q - 8) s + z (the rou
 tinygemm's bf16 product makes too), and multiplies them on the tensor cores into one float32
 accumulator. Scaling each group's partial product instead keeps the 4-bit values exact but
 waits for every group's dot before the next: on an H200 the four linears of one Orpheus-3B
-block took 95 us that way at 32 rows against 74 now, and 168 against 143 at 128 (one-off
-probes, each layer alone, 8 weight copies in one CUDA graph; bf16 66 and 71).
+block took 95 us that way at 32 rows against 74 with chained dots, and 168 against 143 at 128
+(one-off probes, each layer alone, 8 weight copies in one CUDA graph; bf16 66 and 71).
+
+The product is taken as w x^T, the weights' tile (64 or 128 outputs) on the tensor cores' wide
+side and the rows on the narrow one, and on a Hopper the tiles of x and of the packed weights
+come in through tensor descriptors (the TMA unit copies them while the threads compute). In
+one later probe of the same kind, the block's linears took 70, 80 and 124 us so at 32, 64 and
+128 rows against 74, 90 and 143 with x w^T and pointer loads (bf16 65, 65 and 71); either
+change alone gained less, and w x^T with pointer loads made the gate/up product slower.
 
 Where a layer has too few output tiles to fill the device, several programs share each tile's
 groups and their float32 partial sums are added afterwards, in a fixed order
@@ -38,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.quant.split_sums import added, output, processors, splits
-from lab.quant.triton_site import runs_kernels, tl, triton, widens
+from lab.quant.triton_site import TensorDescriptor, copies_tiles, runs_kernels, tl, triton, widens
 
 # From 8 rows the kernel, with its 16-row tiles (`tiles`): on an H200, one Orpheus-3B block's
 # four linears took 70 us through it at 8 rows against tinygemm's 86, and 70 against 57 at 4
@@ -55,37 +62,46 @@ DEEP = 16384  # outputs from which a layer takes its own tiles and split (`tiles
 if triton is not None:
 
     @triton.jit
-    def _int4_rows_mm(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, rows, n, x_row, w_row, sz_group,
-                      y_row, y_split, per_split, block_m: tl.constexpr, block_n: tl.constexpr,
-                      group: tl.constexpr, widen: tl.constexpr):
+    def _int4_rows_mm(x_ptr, w_ptr, x_tiles, w_tiles, s_ptr, z_ptr, y_ptr, rows, n, x_row,
+                      w_row, sz_group, y_row, y_split, per_split, block_m: tl.constexpr,
+                      block_n: tl.constexpr, group: tl.constexpr, widen: tl.constexpr,
+                      copied: tl.constexpr):
         """y[m, j] = sum over inputs of x w, w = (q - 8) s + z rebuilt in bf16 per group, one
         (block_m, block_n) tile of y per program over `per_split` groups of inputs, one group
         per iteration, the dots chained into one accumulator; program (., ., i) writes its sum
-        over the i-th run of groups to y's i-th split. The two 4-bit values of a byte are
-        interleaved back in registers (two dots over the even and odd inputs instead, with
-        strided loads of x, were 3 to 9 times slower on an H100). `widen`: float32 dots, for
-        the interpreter, whose dot misreads bf16."""
-        m = tl.program_id(0) * block_m + tl.arange(0, block_m)
-        j = tl.program_id(1) * block_n + tl.arange(0, block_n)
+        over the i-th run of groups to y's i-th split. The product is taken as w x^T, so the
+        weights' tile, the taller one, sits on the tensor cores' wide side. `copied`: x and the
+        packed weights come in through their tensor descriptors (`x_tiles`, `w_tiles`) rather
+        than pointers. The two 4-bit values of a byte are interleaved back in registers (two
+        dots over the even and odd inputs instead, with strided loads of x, were 3 to 9 times
+        slower on an H100). `widen`: float32 dots, for the interpreter, whose dot misreads
+        bf16."""
+        first_m, first_n = tl.program_id(0) * block_m, tl.program_id(1) * block_n
+        m = first_m + tl.arange(0, block_m)
+        j = first_n + tl.arange(0, block_n)
         first = tl.program_id(2) * per_split
         half = tl.arange(0, group // 2)
-        acc = tl.zeros((block_m, block_n), dtype=tl.float32)
+        acc = tl.zeros((block_n, block_m), dtype=tl.float32)
         for g in range(first, first + per_split):
-            kk = g * group + tl.arange(0, group)
-            a = tl.load(x_ptr + m[:, None].to(tl.int64) * x_row + kk[None, :],
-                        mask=m[:, None] < rows, other=0.0)
+            if copied:
+                a = x_tiles.load([first_m, g * group])
+                packed = w_tiles.load([first_n, g * (group // 2)])
+            else:
+                kk = g * group + tl.arange(0, group)
+                a = tl.load(x_ptr + m[:, None].to(tl.int64) * x_row + kk[None, :],
+                            mask=m[:, None] < rows, other=0.0)
+                packed = tl.load(w_ptr + j[:, None].to(tl.int64) * w_row + g * (group // 2)
+                                 + half[None, :], mask=j[:, None] < n, other=0)
             if widen:
                 a = a.to(tl.float32)
-            packed = tl.load(w_ptr + j[:, None].to(tl.int64) * w_row + g * (group // 2)
-                             + half[None, :], mask=j[:, None] < n, other=0)
             q = tl.join(packed & 15, packed >> 4).reshape(block_n, group).to(tl.float32)
             s = tl.load(s_ptr + g * sz_group + j, mask=j < n, other=0.0).to(tl.float32)
             z = tl.load(z_ptr + g * sz_group + j, mask=j < n, other=0.0).to(tl.float32)
             w = q * s[:, None] + (z - 8.0 * s)[:, None]
-            acc = tl.dot(a, tl.trans(w.to(a.dtype)), acc)
+            acc = tl.dot(w.to(a.dtype), tl.trans(a), acc)
         out = y_ptr + tl.program_id(2).to(tl.int64) * y_split
-        tl.store(out + m[:, None].to(tl.int64) * y_row + j[None, :],
-                 acc.to(y_ptr.dtype.element_ty), mask=(m[:, None] < rows) & (j[None, :] < n))
+        tl.store(out + m[None, :].to(tl.int64) * y_row + j[:, None],
+                 acc.to(y_ptr.dtype.element_ty), mask=(m[None, :] < rows) & (j[:, None] < n))
 
 
 @dataclass(frozen=True)
@@ -157,22 +173,31 @@ def int4_rows_mm(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
 
 
 def launch(x: torch.Tensor, plain: PlainInt4, config: tuple[int, ...] | None = None,
-           split: int | None = None) -> torch.Tensor:
-    """The kernel on x [rows, k] and `plain`, with `config` (as `tiles` gives it) and `split`
-    ways of sharing each tile's groups, by default the code's own choice: what the op runs,
-    and what a probe times shapes with."""
+           split: int | None = None, copied: bool | None = None) -> torch.Tensor:
+    """The kernel on x [rows, k] and `plain`, with `config` (as `tiles` gives it), `split`
+    ways of sharing each tile's groups, and tiles `copied` in through tensor descriptors or
+    not, by default the code's own choice: what the op runs, and what a probe times shapes
+    and a test checks both loads with."""
     x = x.contiguous()
     rows, k = x.shape
     n, groups = plain.packed.shape[0], plain.scale.shape[0]
     block_m, block_n, warps, stages = config or tiles(rows, n)
     grid = (triton.cdiv(rows, block_m), triton.cdiv(n, block_n))
     split = split or split_for(rows, n, grid[0] * grid[1], groups, processors(x.device))
+    if copied is None:
+        copied = copies_tiles(x, plain.packed)
+    x_tiles = w_tiles = None
+    if copied:
+        x_tiles = TensorDescriptor.from_tensor(x, [block_m, plain.group])
+        w_tiles = TensorDescriptor.from_tensor(plain.packed, [block_n, plain.group // 2])
     y = output(rows, n, split, x)
-    _int4_rows_mm[(*grid, split)](x, plain.packed, plain.scale, plain.zero, y, rows, n,
-                                  x.stride(0), plain.packed.stride(0), plain.scale.stride(0),
-                                  y.stride(-2), y.stride(0) if split > 1 else 0, groups // split,
+    _int4_rows_mm[(*grid, split)](x, plain.packed, x_tiles, w_tiles, plain.scale, plain.zero,
+                                  y, rows, n, x.stride(0), plain.packed.stride(0),
+                                  plain.scale.stride(0), y.stride(-2),
+                                  y.stride(0) if split > 1 else 0, groups // split,
                                   block_m=block_m, block_n=block_n, group=plain.group,
-                                  widen=widens(x), num_warps=warps, num_stages=stages)
+                                  widen=widens(x), copied=copied, num_warps=warps,
+                                  num_stages=stages)
     return added(y, x.dtype)
 
 

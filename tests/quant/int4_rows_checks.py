@@ -20,7 +20,8 @@ def _plain(n: int, k: int, group: int, device: str) -> int4_rows.PlainInt4:
 
 def kernel_matches_reference(device: str) -> None:
     """One row (tinygemm's case, which the kernel also computes), row counts below, at and
-    past a row tile, widths that do not fill a column tile, groups of 128 and 64."""
+    past a row tile, widths that do not fill a column tile, groups of 128 and 64; the tiles
+    loaded through pointers and through tensor descriptors alike."""
     for rows, n, k, group in ((1, 40, 256, 128), (2, 40, 256, 128), (17, 100, 384, 128),
                               (64, 96, 256, 64), (70, 33, 128, 128)):
         plain = _plain(n, k, group, device)
@@ -32,6 +33,9 @@ def kernel_matches_reference(device: str) -> None:
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
         torch.library.opcheck(int4_rows.int4_rows_mm,
                               (x, plain.packed, plain.scale, plain.zero))
+        for copied in (False, True):  # tiles loaded through pointers, and through descriptors
+            got = int4_rows.launch(x, plain, copied=copied)
+            torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
 
 
 def widest_layers_take_their_own_tiles_and_split(device: str) -> None:

@@ -70,6 +70,19 @@ def test_the_kernel_takes_many_rows_of_bf16(rows, dtype, interpreted, taken, mon
     assert int4_rows.takes(torch.zeros(rows, 128, dtype=dtype)) == taken
 
 
+def test_tiles_come_through_descriptors_only_from_aligned_rows(monkeypatch):
+    """The TMA unit copies tiles from 16-byte aligned bases and rows: a view one bf16 into
+    its storage, or rows of 4 bf16 (8 bytes), load through pointers instead; and only on the
+    interpreter or a device that has the unit (a CPU without the interpreter has none)."""
+    x = torch.zeros(4, 256, dtype=torch.bfloat16)
+    monkeypatch.setattr(triton_site, "INTERPRETED", True)
+    assert triton_site.copies_tiles(x, x[:, :128])
+    assert not triton_site.copies_tiles(x.flatten()[1:1 + 255 * 4].view(4, 255))
+    assert not triton_site.copies_tiles(torch.zeros(4, 4, dtype=torch.bfloat16))
+    monkeypatch.setattr(triton_site, "INTERPRETED", False)
+    assert not triton_site.copies_tiles(x)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="torchao's int4 layout (tinygemm) exists on CUDA only")
 def test_a_quantized_lm_sends_its_batched_rows_through_the_kernel():
