@@ -66,7 +66,7 @@ def point(pipe: Pipeline, plan: LoadPlan, rate: float) -> tuple[dict, list[dict]
     before = thread_clock(pipe)
     with CallTimer(SERVING_PATH) as timer:
         records, wall_s = open_in_process(pipe, plan, rate, "in-process open")
-    rounds, busy_s, wait_s = (b - a for a, b in zip(before, thread_clock(pipe), strict=True))
+    rounds, busy_s, wait_s, *_ = (b - a for a, b in zip(before, thread_clock(pipe), strict=True))
     per_round = 1e3 / max(rounds, 1)
     row = summarize(records, "in-process open", rate, wall_s)
     summary = {"rate": rate, "requests": row.requests, "errors": row.requests - row.ok,

@@ -21,10 +21,14 @@ from lab.pipeline import AudioChunk, Pipeline
 
 
 def thread_clock(pipe: Pipeline) -> ThreadClock:
-    """The pipeline's serving thread so far: its rounds, its busy seconds, and the seconds of
-    them it waited for the device's tokens (none for a family without an engine)."""
+    """The pipeline's serving thread so far: its rounds, its busy seconds, the seconds of
+    them it waited for the device's tokens, and its codec windows and their lag (none for a
+    family without an engine)."""
     load, queue = pipe.worker_load(), pipe.engine_queue()
-    return load.rounds, load.busy_s, 0.0 if queue is None else queue.device_wait_s
+    if queue is None:
+        return ThreadClock(load.rounds, load.busy_s, 0.0)
+    return ThreadClock(load.rounds, load.busy_s, queue.device_wait_s, queue.codec_windows,
+                       queue.codec_lag_s)
 
 
 def open_in_process(pipe: Pipeline, plan: LoadPlan, rate: float, shape: str

@@ -99,6 +99,9 @@ class PointSummary:
     round_ms: float | None = None
     """The serving thread's mean round over the point (one engine step each, for streams
     sharing an engine)."""
+    codec_lag_ms: float | None = None
+    """The codec windows' mean time from launch to their audio being handed out, over the
+    point: on a GPU's side stream, the codec work no round shows (`lab.bench.host_work`)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -257,7 +260,7 @@ TABLE_COLUMNS = ("shape", "load", "requests", "ok", "ttfa_p50_ms", "ttfa_p95_ms"
                  "audio_s_per_s", "errors")
 
 
-OPTIONAL_COLUMNS = ("step_p50_ms", "host_busy", "round_ms")
+OPTIONAL_COLUMNS = ("step_p50_ms", "host_busy", "round_ms", "codec_lag_ms")
 """Columns some rows cannot fill: the step only a pipeline driven in this process, the serving
 thread's work only where the benchmark can read it (`lab loadtest` cannot)."""
 

@@ -73,15 +73,18 @@ class Family:
 class EngineQueue:
     """A family's own engine as it stands now: requests it holds back (no free slot yet, or
     shut out by the `admit_lead_ms` or `admit_round_ms` gate), the steps that gate has been
-    shut so far, the seconds the serving thread has waited for the device's tokens, and the
-    engine's recent round (`TokenTTS.round_s`: what the `admit_round_ms` gate reads). A
-    server's queue only sees requests waiting for one of its slots; these wait inside the
-    pipeline after taking one."""
+    shut so far, the seconds the serving thread has waited for the device's tokens, the
+    engine's recent round (`TokenTTS.round_s`: what the `admit_round_ms` gate reads), and the
+    codec windows handed out so far with their summed seconds from launch to hand-out
+    (`StreamingDecoder.collect_lag_s`). A server's queue only sees requests waiting for one of
+    its slots; these wait inside the pipeline after taking one."""
 
     waiting: int
     held_steps: int
     device_wait_s: float = 0.0
     round_s: float = 0.0
+    codec_windows: int = 0
+    codec_lag_s: float = 0.0
 
 
 class Backend(Protocol):

@@ -136,9 +136,10 @@ class TokenBackend:
         return facts
 
     def engine_queue(self) -> EngineQueue:
-        engine = self.tts.engine
+        engine, decoder = self.tts.engine, self.tts.decoder
         return EngineQueue(len(engine.scheduler.waiting), self.tts.held_steps,
-                           engine.stats.token_wait_s, self.tts.round_s)
+                           engine.stats.token_wait_s, self.tts.round_s,
+                           decoder.collected_windows, decoder.collect_lag_s)
 
     def applied(self) -> dict[str, object]:
         """Precision as the plan applied it, the codec's as it runs (a named one may run as

@@ -112,6 +112,12 @@ class EngineQueueCollector(Collector):
         yield GaugeMetricFamily("lab_engine_round_seconds", "The engine's recent round: a "
                                 "step with the codec work it made due, averaged over the last "
                                 "16 steps (what admit_round_ms reads)", value=queue.round_s)
+        yield CounterMetricFamily("lab_codec_windows", "Codec windows decoded and handed out "
+                                  "as audio", value=queue.codec_windows)
+        yield CounterMetricFamily("lab_codec_lag_seconds", "Seconds from each codec window's "
+                                  "launch to its audio being handed out, summed over windows: "
+                                  "over lab_codec_windows_total, the mean lag the engine's "
+                                  "round does not show", value=queue.codec_lag_s)
 
 
 class WorkerCollector(Collector):

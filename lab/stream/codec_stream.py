@@ -177,6 +177,18 @@ class _Job:
     final: bool
 
 
+@dataclass
+class _Launched:
+    """One batched decode in flight: its jobs, the audio it fills (a pinned host buffer on a
+    GPU), the event that marks it done (None where the decode already ran), and its launch
+    time on the decoder's clock."""
+
+    jobs: list[_Job]
+    audio: torch.Tensor
+    done: torch.cuda.Event | None
+    at: float
+
+
 class StreamingDecoder:
     """Per-stream frame buffers and the windowed, batched decode of everything due.
 
@@ -207,11 +219,13 @@ class StreamingDecoder:
         if side_stream and not use_side:
             self.notes.append(f"a codec side stream needs a CUDA device; the codec is on "
                               f"{codec.device.type} and decodes between decode steps")
-        self._pending: list[tuple[list[_Job], torch.Tensor, torch.cuda.Event | None]] = []
+        self._pending: list[_Launched] = []
         self._spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self.decode_calls = 0
         self.decoded_windows = 0
         self.host_decode_ms = 0.0  # accumulated codec time; device time once read on a GPU
+        self.collected_windows = 0
+        self.collect_lag_s = 0.0  # summed over collected windows: launch to audio handed out
 
     @property
     def busy(self) -> bool:
@@ -333,12 +347,13 @@ class StreamingDecoder:
         for length, batch in groups.items():
             jobs = [job for job, _ in batch]
             if length == 0:
-                self._pending.append((jobs, torch.zeros(len(jobs), 0), None))
+                self._pending.append(_Launched(jobs, torch.zeros(len(jobs), 0), None,
+                                               self.clock()))
                 continue
-            frames = torch.stack([f for _, f in batch])
+            frames, at = torch.stack([f for _, f in batch]), self.clock()
             self.decode_calls += 1
             self.decoded_windows += len(jobs)
-            self._pending.append((jobs, *self._decode(frames)))
+            self._pending.append(_Launched(jobs, *self._decode(frames), at))
 
     def _decode(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         if self.codec.device.type != "cuda":
@@ -382,16 +397,21 @@ class StreamingDecoder:
         del self._spans[:done]
 
     def collect(self, wait: bool = False) -> list[AudioChunk]:
-        """Chunks whose decode has finished (every launched one with `wait`)."""
+        """Chunks whose decode has finished (every launched one with `wait`), each window's
+        time from launch to here added to `collect_lag_s`: on a side stream nothing else
+        sees a codec that falls behind, since the serving thread never waits for it."""
         self._fold_spans()
         chunks, still = [], []
-        for jobs, audio, done in self._pending:
+        for launched in self._pending:
+            done = launched.done
             if done is not None and not wait and not done.query():
-                still.append((jobs, audio, done))
+                still.append(launched)
                 continue
             if done is not None:
                 done.synchronize()
-            chunks.extend(self._cut(jobs, audio.numpy()))
+            chunks.extend(self._cut(launched.jobs, launched.audio.numpy()))
+            self.collected_windows += len(launched.jobs)
+            self.collect_lag_s += len(launched.jobs) * (self.clock() - launched.at)
         self._pending = still
         return chunks
 

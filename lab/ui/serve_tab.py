@@ -83,6 +83,7 @@ COLUMNS = {
     "busy": Column("Utilisation %", ONE),
     "host_busy": Column("Serving thread on host", PERCENT),
     "round_ms": Column("Round (ms)", ONE),
+    "codec_lag_ms": Column("Codec lag (ms)", ONE),
     "errors": Column("Errors"),
 }
 SPLIT_LABEL = ("Where the time to first audio went, from the server's Server-Timing "

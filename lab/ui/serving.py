@@ -181,7 +181,7 @@ class BusyShare:
 def host_seconds(values: dict[str, float]) -> float | None:
     """The serving thread's busy seconds less those it waited for the device's tokens (an
     engine family's `lab_engine_device_wait_seconds_total`); None from a server without them."""
-    _, busy_name, wait_name = COUNTERS
+    _, busy_name, wait_name, *_ = COUNTERS
     busy = values.get(busy_name)
     return None if busy is None else busy - values.get(wait_name, 0)
 

@@ -108,11 +108,13 @@ def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_lo
     # each request's median decode step, and theirs, where the engine's steps are known
     assert all(r.step_ms > 0 for r in records) and row.step_p50_ms > 0
     table = table_rows([row])[0]
-    assert list(table)[-4:] == ["step_p50_ms", "host_busy", "round_ms", "errors"]
+    assert list(table)[-5:] == ["step_p50_ms", "host_busy", "round_ms", "codec_lag_ms", "errors"]
     assert table["step_p50_ms"] > 0
     # the static pipeline's serving thread: on host work for part of the point (a CPU's
-    # tokens need no wait), in rounds of a step
+    # tokens need no wait), in rounds of a step; its codec windows, decoded in the rounds
+    # that launch them (no side stream on a CPU), each took a while to come back
     assert 0 < row.host_busy <= 1 and 0 < row.round_ms < 1000 * row.wall_s
+    assert 0 < row.codec_lag_ms < 1000 * row.wall_s
     assert serve_load.static_batching(cfg, plan, ()) == ([], [])
 
 

@@ -134,6 +134,9 @@ class Mark:
     def query(self) -> bool:
         return self.done
 
+    def synchronize(self) -> None:
+        """Passed by the time it is asked: the tests mark it done first."""
+
     def elapsed_time(self, end: "Mark") -> float:
         return end.ms
 
@@ -152,6 +155,25 @@ def test_finished_decodes_give_their_time_and_their_events_back_as_chunks_are_co
     spans[2][1].done = True
     decoder.collect()
     assert decoder._spans == [] and decoder.host_decode_ms == 15.5
+
+
+def test_each_window_adds_its_time_from_launch_to_hand_out_once_collected(codec):
+    """A decode still running on the side stream adds nothing; once its audio is handed out,
+    each of its windows adds the seconds since its launch, the lag no round shows."""
+    clock = Clock()
+    decoder = StreamingDecoder(codec, StreamWindow(hop=2, left=0, right=0), clock=clock)
+    for sid, frames in zip("ab", codes(2, 4), strict=True):
+        decoder.open(sid)
+        decoder.push(sid, frames)
+    decoder.launch()
+    (launched,) = decoder._pending
+    launched.done = Mark(done=False)  # as a CUDA event of a decode still running
+    clock.now = 0.25
+    assert decoder.collect() == [] and decoder.collected_windows == 0
+    launched.done.done = True
+    clock.now = 0.5
+    assert len(decoder.collect()) == 2
+    assert decoder.collected_windows == 2 and decoder.collect_lag_s == pytest.approx(1.0)
 
 
 def test_stream_errors_and_empty_streams(codec):

@@ -66,6 +66,11 @@ def test_an_engine_family_shows_what_its_engine_holds_back():
             assert families["lab_engine_round_seconds"].type == "gauge"
             backend.tts.round_s = 0.0123  # as its steps average it (tests/models/test_orpheus.py)
             assert metric(srv.url, "lab_engine_round_seconds") == 0.0123
+            backend.tts.decoder.collected_windows = 40  # as collect counts them
+            backend.tts.decoder.collect_lag_s = 0.6  # (tests/models/test_snac_codec.py)
+            assert families["lab_codec_windows"].type == "counter"
+            assert metric(srv.url, "lab_codec_windows_total") == 40
+            assert metric(srv.url, "lab_codec_lag_seconds_total") == 0.6
     finally:
         pipeline.close()
 
