@@ -61,7 +61,7 @@ from lab.metrics.events import BENCHMARK, events
 from lab.ui import charts, tables
 from lab.ui.common import PROGRESS, load, resolve_config
 from lab.ui.panel import build_panel
-from lab.ui.serving import HOST, BusyShare, Serving, Target, describe, scrape, snippets
+from lab.ui.serving import HOST, Serving, SinceLastLook, Target, describe, scrape, snippets
 from lab.ui.tables import INT, MS, ONE, PERCENT, Column
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ class SweepLog:
 
 
 def build(ctx: LabContext) -> None:
-    serving, thread_busy = Serving(), BusyShare()
+    serving, since = Serving(), SinceLastLook()
     cancels: dict[str, threading.Event] = {}
     panel = build_panel(ctx.default, "serve", ctx.default_preset, folded=True)
     with gr.Row():
@@ -312,7 +312,7 @@ def build(ctx: LabContext) -> None:
 
     def showing(target: Target) -> list:
         curl_text, python_text = snippets(target)
-        return [describe(target), asyncio.run(scrape(target.url, thread_busy)),
+        return [describe(target), asyncio.run(scrape(target.url, since)),
                 gr.Accordion(visible=True), f"```shell\n{curl_text}\n```",
                 f"```python\n{python_text}```", gr.Timer(active=True)]
 
@@ -353,7 +353,7 @@ def build(ctx: LabContext) -> None:
 
     def on_tick():
         target = serving.current
-        return gr.skip() if target is None else asyncio.run(scrape(target.url, thread_busy))
+        return gr.skip() if target is None else asyncio.run(scrape(target.url, since))
 
     def on_sweep(data: dict, request: gr.Request, progress=PROGRESS):
         key = request.session_hash or "default"

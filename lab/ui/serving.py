@@ -156,26 +156,42 @@ def snippets(target: Target) -> tuple[str, str]:
     return curl, python
 
 
-class BusyShare:
-    """The share of wall time a server's serving thread spent on host work between two looks
-    at its `/metrics` (`host_seconds`): near 100%, the host thread, not the device, sets the
-    pace of every stream. Kept per server URL, so a restarted or other server starts afresh."""
+@dataclass(frozen=True)
+class Recent:
+    """A server between two looks at its `/metrics`: the share of wall time its serving thread
+    spent on host work (near 100%, the host thread, not the device, sets the pace of every
+    stream), and its codec windows' mean time from launch to hand-out (the codec work that a
+    side stream keeps out of the engine's round). None where it is not known."""
+
+    host_share: float | None = None
+    codec_lag_ms: float | None = None
+
+
+class SinceLastLook:
+    """`Recent` per server URL, from the counters each look reads; a restarted or other server
+    starts afresh."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._last: dict[str, tuple[float, float]] = {}
+        self._last: dict[str, tuple[float, float | None, float, float]] = {}
 
-    def update(self, url: str, host_s: float | None) -> float | None:
-        """The share since the previous look at `url`, from its host seconds so far; None at
-        the first look, or when the server reports none or they went back (a new server on
-        the same port)."""
-        if host_s is None:
-            return None
-        now = self.clock()
-        last, self._last[url] = self._last.get(url), (now, host_s)
-        if last is None or now <= last[0] or host_s < last[1]:
-            return None
-        return min(1.0, (host_s - last[1]) / (now - last[0]))
+    def update(self, url: str, values: dict[str, float]) -> Recent:
+        """What changed since the previous look at `url`, from its samples now (`metric_samples`):
+        nothing at the first look, nor from counters it does not report or that went back (a
+        new server on the same port)."""
+        now, host_s = self.clock(), host_seconds(values)
+        windows, lag_s = (values.get(name, 0.0) for name in COUNTERS[3:])
+        last, self._last[url] = self._last.get(url), (now, host_s, windows, lag_s)
+        if last is None or now <= last[0]:
+            return Recent()
+        then, host_then, windows_then, lag_then = last
+        share = None
+        if host_s is not None and host_then is not None and host_s >= host_then:
+            share = min(1.0, (host_s - host_then) / (now - then))
+        lag = None
+        if windows > windows_then and lag_s >= lag_then:
+            lag = 1000 * (lag_s - lag_then) / (windows - windows_then)
+        return Recent(share, lag)
 
 
 def host_seconds(values: dict[str, float]) -> float | None:
@@ -199,9 +215,10 @@ def metric_samples(exposition: str) -> tuple[dict[str, float], dict[str, float]]
     return values, statuses
 
 
-def highlights(exposition: str, busy: float | None = None) -> str:
+def highlights(exposition: str, recent: Recent | None = None) -> str:
     """The gauges a person watches under load, from the server's Prometheus text, and the
-    serving thread's share of host work since the last look (`BusyShare`) where known."""
+    serving thread's share of host work and its codec's lag since the last look (`Recent`)
+    where known."""
     values, statuses = metric_samples(exposition)
     if "lab_active_slots" not in values:
         return "**/metrics**: this server does not report the lab's gauges."
@@ -215,22 +232,24 @@ def highlights(exposition: str, busy: float | None = None) -> str:
         line += (f" · held back in the engine **{values['lab_engine_waiting']:.0f}** (admission "
                  f"gate shut on {values.get('lab_admission_held_steps_total', 0):.0f} steps)"
                  f" · engine round {1e3 * values.get('lab_engine_round_seconds', 0):.1f} ms")
-    if busy is not None:
-        line += f" · serving thread on host work **{busy:.0%}** since the last look"
+    recent = recent or Recent()
+    if recent.host_share is not None:
+        line += f" · serving thread on host work **{recent.host_share:.0%}** since the last look"
+    if recent.codec_lag_ms is not None:
+        line += f" · codec windows back **{recent.codec_lag_ms:.1f} ms** after launch"
     if values.get("lab_gpu_present"):
         return line + f" · GPU {values.get('lab_gpu_utilization_percent', 0):.0f}% busy"
     return line + " · no GPU on the server"
 
 
-async def scrape(url: str, busy: BusyShare | None = None) -> str:
-    """`highlights` of the server at `url` now, or why they could not be read; with `busy`,
-    also its serving thread's share of host work since `busy` last looked at it."""
+async def scrape(url: str, since: SinceLastLook | None = None) -> str:
+    """`highlights` of the server at `url` now, or why they could not be read; with `since`,
+    also what its serving thread and codec did since `since` last looked at it."""
     async with loopback_client(PROBE_TIMEOUT_S) as client:
         try:
             response = await client.get(f"{url}/metrics")
             response.raise_for_status()
         except httpx.HTTPError as err:
             return f"**/metrics**: could not be read ({err!r})."
-    share = None if busy is None else busy.update(
-        url, host_seconds(metric_samples(response.text)[0]))
-    return highlights(response.text, share)
+    recent = None if since is None else since.update(url, metric_samples(response.text)[0])
+    return highlights(response.text, recent)

@@ -23,8 +23,9 @@ from lab.serve.admission import Admission
 from lab.serve.metrics import ServerMetrics
 from lab.ui import serve_tab
 from lab.ui.serving import (
-    BusyShare,
+    Recent,
     Serving,
+    SinceLastLook,
     Target,
     base_url,
     highlights,
@@ -52,26 +53,35 @@ def test_metrics_highlights_read_the_servers_gauges():
     assert "serving thread" not in line  # nothing to compare with yet
 
 
-def test_the_serving_threads_busy_share_runs_between_two_looks():
-    """Busy seconds per second of wall clock between two reads of the counter, per server;
-    nothing at a server's first look, or when its counter went back (a new server)."""
+def test_the_serving_threads_busy_share_and_codec_lag_run_between_two_looks():
+    """Busy seconds per second of wall clock, and lag seconds per codec window, between two
+    reads of the counters, per server; nothing at a server's first look, or when its counters
+    went back (a new server)."""
     now = [100.0]
-    share = BusyShare(clock=lambda: now[0])
-    assert share.update("http://a", 4.0) is None
+    since = SinceLastLook(clock=lambda: now[0])
+
+    def look(url, host_s, windows=0.0, lag_s=0.0):
+        return since.update(url, {"lab_worker_busy_seconds_total": host_s,
+                                  "lab_codec_windows_total": windows,
+                                  "lab_codec_lag_seconds_total": lag_s})
+
+    assert look("http://a", 4.0, 100, 0.5) == Recent()
     now[0] = 102.0
-    assert share.update("http://a", 5.5) == pytest.approx(0.75)
-    assert share.update("http://b", 1.0) is None  # another server starts afresh
+    assert look("http://a", 5.5, 300, 2.5) == Recent(pytest.approx(0.75), pytest.approx(10.0))
+    assert look("http://b", 1.0) == Recent()  # another server starts afresh
     now[0] = 103.0
-    assert share.update("http://a", 0.2) is None  # went back: a new server on that URL
-    assert share.update("http://a", None) is None  # a server without the counter
+    assert look("http://a", 0.2, 10, 0.1) == Recent()  # went back: a new server on that URL
+    now[0] = 104.0
+    assert since.update("http://a", {}) == Recent()  # a server without the counters
     load = ServerMetrics(Admission(slots=4, queue=16, retry_after_s=1), TelemetrySampler(),
                          lambda: EngineQueue(waiting=0, held_steps=0, device_wait_s=0.5),
                          lambda: WorkerLoad(rounds=10, busy_s=2.0))
     exposition = load.exposition().decode()
     assert host_seconds(metric_samples(exposition)[0]) == pytest.approx(1.5)  # less the device wait
     assert host_seconds({}) is None  # a server that is not the lab's
-    line = highlights(exposition, 0.75)
+    line = highlights(exposition, Recent(0.75, 9.04))
     assert "serving thread on host work **75%** since the last look" in line
+    assert "codec windows back **9.0 ms** after launch" in line
 
 
 @pytest.mark.parametrize(("concurrency", "rates", "sets", "error"), [
