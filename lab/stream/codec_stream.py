@@ -401,7 +401,7 @@ class StreamingDecoder:
         time from launch to here added to `collect_lag_s`: on a side stream nothing else
         sees a codec that falls behind, since the serving thread never waits for it."""
         self._fold_spans()
-        chunks, still = [], []
+        chunks, still, handed = [], [], []
         for launched in self._pending:
             done = launched.done
             if done is not None and not wait and not done.query():
@@ -410,9 +410,12 @@ class StreamingDecoder:
             if done is not None:
                 done.synchronize()
             chunks.extend(self._cut(launched.jobs, launched.audio.numpy()))
-            self.collected_windows += len(launched.jobs)
-            self.collect_lag_s += len(launched.jobs) * (self.clock() - launched.at)
+            handed.append(launched)
         self._pending = still
+        now = self.clock()
+        for launched in handed:
+            self.collected_windows += len(launched.jobs)
+            self.collect_lag_s += len(launched.jobs) * (now - launched.at)
         return chunks
 
     def _cut(self, jobs: list[_Job], audio: np.ndarray) -> list[AudioChunk]:
