@@ -48,11 +48,12 @@ from lab.quant.precision import DTYPES, quantize_model
 KERNELS = ("none", "int8-weight", "int4-weight")
 # Each lab kernel's module and the grid its `--tiles` sweep tries (everything but the row
 # tile, which follows the rows); int4's sweep also forces one row through the kernel, where
-# the code sends it to tinygemm, to see which is faster there.
+# the code sends it to tinygemm, to see which is faster there. The int4 kernel's output tile
+# is the tall side of its w x^T product, so its sweep runs from 32 to 128 outputs.
 TILE_SWEEPS = {
     "int8-weight": (int8_rows, {"block_n": (16, 32, 64), "block_k": (128, 256),
                                 "warps": (4, 8), "stages": (3, 4)}),
-    "int4-weight": (int4_rows, {"block_n": (16, 32, 64), "warps": (4, 8),
+    "int4-weight": (int4_rows, {"block_n": (32, 64, 128), "warps": (4, 8),
                                 "stages": (2, 3, 4)}),
 }
 COLUMNS = ["kernel", "applied", "tiles", "rows", "ms", "x_float", "mb_read", "gb_per_s",
