@@ -50,7 +50,14 @@ def clock_of_metrics(exposition: str) -> ThreadClock | None:
                   for sample in family.samples}
     except ValueError:
         return None
-    if COUNTERS[0] not in values:
+    return clock_of_values(values)
+
+
+def clock_of_values(values: dict[str, float]) -> ThreadClock | None:
+    """The thread's counters from a server's samples by name; None without its busy seconds
+    (a server that is not the lab's). A counter the server lacks (no engine, no codec) reads
+    0."""
+    if COUNTERS[1] not in values:
         return None
     rounds, busy, wait, windows, lag = (values.get(name, 0.0) for name in COUNTERS)
     return ThreadClock(int(rounds), busy, wait, int(windows), lag)

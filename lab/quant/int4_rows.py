@@ -218,7 +218,9 @@ def tiles(rows: int, n: int) -> tuple[int, int, int, int]:
     with their own tiles.
 
     From one-off probes on an H200, each Orpheus-3B layer alone, 8 weight copies in one CUDA
-    graph, 6 to 33 tile and split choices a row count; one block's four linears:
+    graph, 6 to 33 tile and split choices a row count, with the product then taken as x w^T
+    through pointer loads (as w x^T with TMA loads, these tiles were again the fastest or near
+    it of 5 tried at 32 to 128 rows); one block's four linears:
     - up to `FEW` rows, 16 rows tall, the widest layers 128 columns: 70 us at 8 and 16 rows
       (bf16 64);
     - up to `HALF` rows, 32 rows tall, the widest layers split two ways (`split_for`): 74 us

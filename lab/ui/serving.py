@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from lab.bench.host_work import COUNTERS
+from lab.bench.host_work import ThreadClock, clock_of_values
 from lab.bench.loadtest import LoadTestError, SpeechTarget, served_model, speech_url
 from lab.bench.loopback import loopback_client, loopback_url
 from lab.serve import LabServer, ServeOptions
@@ -173,33 +173,31 @@ class SinceLastLook:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._last: dict[str, tuple[float, float | None, float, float]] = {}
+        self._last: dict[str, tuple[float, ThreadClock | None]] = {}
 
     def update(self, url: str, values: dict[str, float]) -> Recent:
         """What changed since the previous look at `url`, from its samples now (`metric_samples`):
         nothing at the first look, nor from counters it does not report or that went back (a
         new server on the same port)."""
-        now, host_s = self.clock(), host_seconds(values)
-        windows, lag_s = (values.get(name, 0.0) for name in COUNTERS[3:])
-        last, self._last[url] = self._last.get(url), (now, host_s, windows, lag_s)
-        if last is None or now <= last[0]:
+        now, clock = self.clock(), clock_of_values(values)
+        last, self._last[url] = self._last.get(url), (now, clock)
+        if clock is None or last is None or last[1] is None or now <= last[0]:
             return Recent()
-        then, host_then, windows_then, lag_then = last
-        share = None
-        if host_s is not None and host_then is not None and host_s >= host_then:
-            share = min(1.0, (host_s - host_then) / (now - then))
+        then, before = last
+        host_s, host_then = clock.busy_s - clock.wait_s, before.busy_s - before.wait_s
+        share = min(1.0, (host_s - host_then) / (now - then)) if host_s >= host_then else None
+        windows = clock.codec_windows - before.codec_windows
         lag = None
-        if windows > windows_then and lag_s >= lag_then:
-            lag = 1000 * (lag_s - lag_then) / (windows - windows_then)
+        if windows > 0 and clock.codec_lag_s >= before.codec_lag_s:
+            lag = 1000 * (clock.codec_lag_s - before.codec_lag_s) / windows
         return Recent(share, lag)
 
 
 def host_seconds(values: dict[str, float]) -> float | None:
     """The serving thread's busy seconds less those it waited for the device's tokens (an
     engine family's `lab_engine_device_wait_seconds_total`); None from a server without them."""
-    _, busy_name, wait_name, *_ = COUNTERS
-    busy = values.get(busy_name)
-    return None if busy is None else busy - values.get(wait_name, 0)
+    clock = clock_of_values(values)
+    return None if clock is None else clock.busy_s - clock.wait_s
 
 
 def metric_samples(exposition: str) -> tuple[dict[str, float], dict[str, float]]:
