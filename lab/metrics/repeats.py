@@ -10,13 +10,15 @@ with it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -59,18 +61,29 @@ def timed_repeats(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1
                   ) -> tuple[Spread, list[Any]]:
     """Wall milliseconds of `repeats` calls of `fn` after `warmup` untimed ones, and each
     timed call's result (so a caller can also read the figures the call reports itself)."""
+    return timed_in_turn({None: fn}, repeats, warmup)[None]
+
+
+def timed_in_turn(fns: Mapping[K, Callable[[], Any]], repeats: int = 5, warmup: int = 1
+                  ) -> dict[K, tuple[Spread, list[Any]]]:
+    """`timed_repeats` for several calls that are to be compared, taking turns: each repeat
+    times every call once, so a burst of other work on the machine lands on all of them alike
+    instead of on whichever ran through it."""
     if repeats < 1:
         raise ValueError(f"repeats={repeats} must be >= 1")
     if warmup < 0:
         raise ValueError(f"warmup={warmup} must be >= 0")
-    for _ in range(warmup):
-        fn()
-    times, results = [], []
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[K, list[float]] = {key: [] for key in fns}
+    results: dict[K, list[Any]] = {key: [] for key in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        results.append(fn())
-        times.append((time.perf_counter() - start) * 1e3)
-    return Spread.of(times), results
+        for key, fn in fns.items():
+            start = time.perf_counter()
+            results[key].append(fn())
+            times[key].append((time.perf_counter() - start) * 1e3)
+    return {key: (Spread.of(times[key]), results[key]) for key in fns}
 
 
 @contextmanager

@@ -151,7 +151,8 @@ class LatentCodec:
             self.fallbacks.append(note)
         self.graphs: CodecGraphs | None = (
             codec_graphs(self._decode_codes, self.frame_codes, self.device, max_batch,
-                         "The voice codec's", self.fallbacks) if cuda_graphs else None)
+                         "The voice codec's", self.fallbacks,
+                         compiled=self._decode) if cuda_graphs else None)
 
     def capture(self, max_frames: int) -> None:
         """Capture the decode of 1 to `max_frames` frames at every batch bucket now (when CUDA

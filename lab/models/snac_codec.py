@@ -143,7 +143,8 @@ class SnacCodec:
         self._columns = [torch.tensor(cols, device=self.device) for cols in LEVEL_COLUMNS]
         self.graphs: CodecGraphs | None = (
             codec_graphs(self._decode_codes, FRAME_CODES, self.device, max_batch, "SNAC",
-                         self.fallbacks) if cuda_graphs else None)
+                         self.fallbacks,
+                         compiled=self._decode) if cuda_graphs else None)
 
     def capture(self, max_frames: int) -> None:
         """Capture the decode of 1 to `max_frames` frames at every batch bucket now (when CUDA

@@ -15,7 +15,8 @@ graph for every new length, paying capture time and memory for replays that neve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -104,6 +105,21 @@ class EagerOnFailure:
                  dynamic: bool) -> None:
         self.eager, self.mode, self.what, self.notes = fn, mode, what, notes
         self.fn = compiled(fn, mode, dynamic=dynamic)
+
+    @property
+    def compiles(self) -> bool:
+        """Whether calls still go to the compiled `fn`."""
+        return self.fn is not self.eager
+
+    @contextlib.contextmanager
+    def eagerly(self) -> Iterator[None]:
+        """Calls inside run `fn` uncompiled: for shapes that would compile it once more, at a
+        cost only paid where they are captured in a CUDA graph (`lab.stream.codec_graphs`)."""
+        fn, self.fn = self.fn, self.eager
+        try:
+            yield
+        finally:
+            self.fn = fn
 
     def __call__(self, *args):
         try:

@@ -10,27 +10,40 @@ real time. A captured decode costs one graph launch.
 Shapes are fixed per graph: the batch is padded up to a bucket (padded rows decode code 0 and
 are dropped), and each window length a stream can ask for (1 to `window.frames` frames) has its
 graphs. Batches beyond the largest bucket run uncaptured.
+
+A compiled decode is traced with dynamic sizes, but the compiler still specialises a size of 1:
+batch 1, and windows of one frame, each compiled it once more (on a CPU, five compiles of the
+SNAC decode over the buckets and windows a server captures, about 40 s each on one thread,
+against one or two). So with a compiled decode the smallest bucket is 2 (one padded row is
+cheap beside a compile), and one-frame windows, which only a stream's first or last chunk asks
+for, are captured from the decode's eager version, which compiles nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 
 import torch
 
 from lab.engine.slots import bucket_sizes, smallest_bucket
+from lab.quant.compile import EagerOnFailure
 from lab.stages import counted, stage
 
 BATCHES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
-def codec_graphs(decode: Callable[[torch.Tensor], torch.Tensor], frame_codes: int,
-                 device: torch.device, max_batch: int, name: str,
-                 fallbacks: list[str]) -> CodecGraphs | None:
+Decode = Callable[[torch.Tensor], torch.Tensor]
+
+
+def codec_graphs(decode: Decode, frame_codes: int, device: torch.device, max_batch: int,
+                 name: str, fallbacks: list[str], compiled: EagerOnFailure | None = None
+                 ) -> CodecGraphs | None:
     """Graphs for a codec's window decode on a CUDA device; elsewhere None, with a note in
-    `fallbacks` that the codec decodes uncaptured."""
+    `fallbacks` that the codec decodes uncaptured. `compiled`: the compiled part of `decode`
+    (see `CodecGraphs`)."""
     if device.type == "cuda":
-        return CodecGraphs(decode, frame_codes, device, max_batch)
+        return CodecGraphs(decode, frame_codes, device, max_batch, compiled=compiled)
     fallbacks.append(f"{name} CUDA graphs need a CUDA device; the codec is on {device.type} "
                      f"and decodes uncaptured")
     return None
@@ -40,16 +53,20 @@ class CodecGraphs:
     """`graphs(frames[B, F, C]) -> audio[B, F * frame_samples]` on the device, by replay.
 
     `decode` is the codec's device-side decode (long codes on its device in, float audio out).
-    A capture that fails is recorded in `failure` and every later call decodes uncaptured.
+    `compiled` is the compiled part of `decode`, if any: while it compiles, the buckets start
+    at 2 and one-frame windows are captured with it run eagerly (the module's docstring says
+    why). A capture that fails is recorded in `failure` and every later call decodes
+    uncaptured.
     """
 
-    def __init__(self, decode: Callable[[torch.Tensor], torch.Tensor], frame_codes: int,
-                 device: torch.device, max_batch: int = BATCHES[-1],
-                 batches: Iterable[int] = BATCHES) -> None:
+    def __init__(self, decode: Decode, frame_codes: int, device: torch.device,
+                 max_batch: int = BATCHES[-1], batches: Iterable[int] = BATCHES,
+                 compiled: EagerOnFailure | None = None) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch={max_batch} must be >= 1")
         self.decode, self.frame_codes, self.device = decode, frame_codes, device
-        self.buckets = bucket_sizes(batches, max_batch)
+        self.compiled = compiled if compiled is not None and compiled.compiles else None
+        self.buckets = graph_buckets(batches, max_batch, self.compiled is not None)
         self.failure: str | None = None
         self._inputs: dict[int, torch.Tensor] = {}
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
@@ -102,15 +119,8 @@ class CodecGraphs:
                                                dtype=torch.long, device=self.device)
         inputs = self._inputs[frames][:bucket]
         try:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self.decode(inputs)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
-                out = self.decode(inputs)
+            with uncompiled_for(self.compiled, frames):
+                graph, out = self._capture(inputs)
         except Exception as err:  # any capture failure: say why, then decode uncaptured
             self.failure = (f"codec CUDA graph capture failed at batch {bucket}, {frames} "
                             f"frames ({type(err).__name__}: {err}); decoding uncaptured")
@@ -118,3 +128,31 @@ class CodecGraphs:
             return None
         self._graphs[bucket, frames] = (graph, out)
         return graph, out
+
+    def _capture(self, inputs: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """Warm the decode up on a side stream, then capture it: its graph and output."""
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.decode(inputs)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = self.decode(inputs)
+        return graph, out
+
+
+def graph_buckets(batches: Iterable[int], max_batch: int, compiled: bool) -> tuple[int, ...]:
+    """The batch buckets captured: `batches` up to `max_batch`, from 2 when the decode is
+    compiled (a bucket of 1 would compile it once more), and never empty."""
+    return bucket_sizes([n for n in batches if n > 1 or not compiled], max_batch)
+
+
+def uncompiled_for(compiled: EagerOnFailure | None, frames: int
+                   ) -> contextlib.AbstractContextManager:
+    """Where a window of `frames` frames is captured: with the compiled part run eagerly for
+    one frame, which would compile it once more (a size of 1); as it is otherwise."""
+    if compiled is not None and frames == 1:
+        return compiled.eagerly()
+    return contextlib.nullcontext()

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
+from lab.metrics.repeats import Spread, pinned_threads, timed_in_turn, timed_repeats
 
 
 def test_spread_reports_median_and_range():
@@ -22,6 +22,17 @@ def test_timed_repeats_runs_warmup_untimed_and_keeps_results():
     assert len(calls) == 5 and results == [3, 4, 5] and spread.n == 3
     with pytest.raises(ValueError, match="repeats"):
         timed_repeats(lambda: None, repeats=0)
+
+
+def test_calls_compared_take_turns_after_their_warmups():
+    order = []
+    timed = timed_in_turn({"a": lambda: order.append("a") or len(order),
+                           "b": lambda: order.append("b") or len(order)}, repeats=2, warmup=1)
+    assert order == ["a", "b", "a", "b", "a", "b"]  # warm-ups first, then one of each a turn
+    assert timed["a"][1] == [3, 5] and timed["b"][1] == [4, 6]
+    assert timed["a"][0].n == timed["b"][0].n == 2
+    with pytest.raises(ValueError, match="warmup"):
+        timed_in_turn({"a": lambda: None}, warmup=-1)
 
 
 def test_pinned_threads_sets_and_restores():

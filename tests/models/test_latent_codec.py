@@ -111,3 +111,20 @@ def test_codebook_files_round_trip_and_bad_files_are_named(tmp_path, codec):
     (tmp_path / "bad.safetensors").write_bytes(path.read_bytes()[:100])
     with pytest.raises(CodecError, match="bad.safetensors"):
         load_codebooks(tmp_path / "bad.safetensors")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_a_compiled_codec_captures_from_batch_two_and_one_frame_uncompiled(codec, voice):
+    """A compiled generator specialises a size of 1, so its graphs start at a bucket of 2
+    and one-frame windows run it eagerly: one compile in all, and every replay still gives
+    what the uncaptured codec gives."""
+    eager = LatentCodec(codec.codebooks, voice.model.dec, device="cuda")
+    graphed = LatentCodec(codec.codebooks, voice.model.dec, device="cuda", cuda_graphs=True,
+                          max_batch=4, compile_mode="default")
+    graphed.capture(3)
+    assert graphed.graphs.captured == [(b, f) for b in (2, 4) for f in range(1, 4)]
+    assert graphed._decode.compiles and not graphed.graphs.failure
+    for b, g in ((1, 1), (1, 3), (3, 2), (4, 1)):
+        codes = _codes(b, g, seed=20 + b)
+        torch.testing.assert_close(graphed.decode(codes), eager.decode(codes),
+                                   atol=1e-3, rtol=1e-3)
