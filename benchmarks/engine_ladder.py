@@ -42,8 +42,7 @@ from lab.engine import (
     to_hf_model,
 )
 from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
-from lab.models.voice_backend import LM_FILE
-from lab.models.voice_weights import load_voice_lm, read_voice_config
+from lab.models.voice_weights import LM_FILE, load_voice_lm, read_voice_config
 from lab.quant import apply_precision
 from lab.quant.precision import DTYPES
 

@@ -60,13 +60,14 @@ from lab.engine.request import SamplingParams
 from lab.engine.weights import load_lm
 from lab.metrics.gc_pauses import GcPauses
 from lab.metrics.repeats import Spread, pinned_threads, timed_repeats
-from lab.models.orpheus_backend import TINY_SNAC, build_tts
+from lab.models.orpheus_backend import build_tts
 from lab.models.orpheus_format import (
     AudioTokenConstraint,
     OrpheusFormat,
     OrpheusLayout,
     dummy_tokenizer,
 )
+from lab.models.orpheus_sizing import TINY_SNAC
 from lab.models.snac_codec import ORPHEUS_WINDOW, SNAC_24KHZ, SnacCodec, build_snac
 from lab.models.token_backend import decode_mode, stream_window
 from lab.models.token_tts import TokenTTS

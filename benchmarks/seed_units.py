@@ -135,7 +135,7 @@ def throughput_row(pipe: Pipeline, texts: list[str], batch: int, repeats: int) -
 def ar_voice_folder(voice: Path, scratch: Path) -> str:
     """The shipped ar-voice weights with `voice` as their teacher: the family reads its teacher
     from `<weights>/voice`, so a scratch folder links the shipped files beside it."""
-    from lab.models.voice_backend import WEIGHTS_DIR
+    from lab.models.voice_weights import WEIGHTS_DIR
 
     scratch.mkdir(parents=True)
     for path in WEIGHTS_DIR.glob("*.safetensors"):

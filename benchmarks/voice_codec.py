@@ -42,7 +42,7 @@ from lab.models.latent_codec import (
     shape_of,
 )
 from lab.models.latent_decoder import LatentDecoder, load_decoder
-from lab.models.voice_backend import CODEBOOK_FILE, WEIGHTS_DIR
+from lab.models.voice_weights import CODEBOOK_FILE, WEIGHTS_DIR
 from lab.quality.report import evaluate
 from lab.training.rvq import train_rvq
 from lab.training.teacher import Teacher

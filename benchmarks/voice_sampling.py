@@ -31,7 +31,7 @@ from tqdm import tqdm
 from lab.bench.report import markdown_table, run_meta
 from lab.config import load_preset
 from lab.frontend import sentence_set
-from lab.models.voice_backend import CODEBOOK_FILE, LM_FILE, WEIGHTS_DIR
+from lab.models.voice_weights import CODEBOOK_FILE, LM_FILE, WEIGHTS_DIR
 from lab.pipeline import Pipeline
 from lab.quality.report import evaluate
 from lab.training.textgen import make_split

@@ -28,9 +28,8 @@ import torch
 from lab.engine.llm import LM
 from lab.models.latent_codec import group_latents, load_codebooks, quantize, shape_of
 from lab.models.latent_decoder import LatentDecoder, load_decoder, save_decoder
-from lab.models.voice_backend import CODEBOOK_FILE, LM_FILE, WEIGHTS_DIR
 from lab.models.voice_format import VoiceLayout, lm_phonemes, phoneme_groups
-from lab.models.voice_weights import load_voice_lm
+from lab.models.voice_weights import CODEBOOK_FILE, LM_FILE, WEIGHTS_DIR, load_voice_lm
 from lab.training.corpus import Phonemized
 from lab.training.decoder_fit import LOG_FILE, Crops, DecoderTrainConfig, train_decoder
 from lab.training.forced_codes import Draw, forced_codes

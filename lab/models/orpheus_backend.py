@@ -24,6 +24,13 @@ from lab.models.orpheus_format import (
     dummy_tokenizer,
     load_tokenizer,
 )
+from lab.models.orpheus_sizing import (
+    DEFAULT_MODEL,
+    PROMPT_ROOM,
+    TINY_SNAC,
+    WARMUP_FRAMES,
+    size_orpheus,
+)
 from lab.models.sizing import Plan, Work
 from lab.models.snac_codec import FRAME_CODES, HUB_ID, SNAC_24KHZ, SnacCodec, build_snac
 from lab.models.token_backend import (
@@ -37,14 +44,6 @@ from lab.models.token_backend import (
 from lab.models.token_tts import TokenTTS
 from lab.quant.plan import PrecisionReport, apply_knobs
 from lab.stages import stage
-
-DEFAULT_MODEL = "canopylabs/orpheus-3b-0.1-ft"
-PROMPT_ROOM = 256
-"""Cache positions reserved for the prompt when sizing the cache from `max_tokens`."""
-# A codec small enough for CPU tests, with SNAC 24 kHz's rates (so its frames and context match).
-TINY_SNAC = {**SNAC_24KHZ, "encoder_dim": 8, "decoder_dim": 64}
-WARMUP_FRAMES = 4
-
 
 ORPHEUS_FAMILY = Family(
     "orpheus", "Orpheus: a Llama language model emitting SNAC codec tokens",
@@ -132,8 +131,6 @@ class OrpheusBackend(TokenBackend):
     @classmethod
     def size(cls, work: Work) -> Plan:
         """What `work` would hold and do, from shapes alone, before anything loads."""
-        from lab.models.orpheus_sizing import size_orpheus
-
         return size_orpheus(work)
 
     def prepare(self, text: str) -> tuple[list[str], list[str]]:

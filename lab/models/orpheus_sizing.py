@@ -17,7 +17,6 @@ from lab.config import PipelineConfig
 from lab.engine.llm import LM_SHAPES
 from lab.engine.weights import config_from_hf
 from lab.metrics.rates import EstimateError
-from lab.models.orpheus_backend import DEFAULT_MODEL, PROMPT_ROOM, TINY_SNAC, WARMUP_FRAMES
 from lab.models.orpheus_format import ORPHEUS, OrpheusLayout
 from lab.models.sizing import Plan, Work, conv_flops, param_count
 from lab.models.snac_codec import (
@@ -28,6 +27,13 @@ from lab.models.snac_codec import (
     strip_noise,
 )
 from lab.models.token_sizing import TokenCost, size_tokens
+
+DEFAULT_MODEL = "canopylabs/orpheus-3b-0.1-ft"
+PROMPT_ROOM = 256
+"""Cache positions reserved for the prompt when sizing the cache from `max_tokens`."""
+# A codec small enough for CPU tests, with SNAC 24 kHz's rates (so its frames and context match).
+TINY_SNAC = {**SNAC_24KHZ, "encoder_dim": 8, "decoder_dim": 64}
+WARMUP_FRAMES = 4
 
 CODEC_ACT_BYTES_PER_SAMPLE = 1300
 """Peak working set of the fp32 SNAC decoder per output sample (1024 decoder dims), measured."""

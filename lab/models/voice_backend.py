@@ -40,18 +40,22 @@ from lab.models.voice_format import (
     VoiceLayout,
     lm_phonemes,
 )
-from lab.models.voice_weights import load_voice_lm, read_voice_config
+from lab.models.voice_sizing import CACHE_ROOM, size_voice
+from lab.models.voice_weights import (
+    CODEBOOK_FILE,
+    DECODER_FILE,
+    LM_FILE,
+    WEIGHTS_DIR,
+    load_voice_lm,
+    read_voice_config,
+    teacher_voice,
+    weights_dir,
+)
 from lab.quant.plan import PrecisionReport, apply_knobs
 
-WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "data" / "voice"
-LM_FILE, CODEBOOK_FILE, DECODER_FILE = "lm.safetensors", "codebooks.safetensors", \
-    "decoder.safetensors"
 GROUPS_PER_PHONEME = 6
 """Stop rule: at most this many codec groups (24 frames, 0.28 s) per phoneme on average, about
 three times the teacher's pace, so a model that never moves on cannot run away."""
-CACHE_ROOM = 256 + 8
-"""Positions a slot's cache holds beyond `sampling.max_tokens`: the phoneme prompt (256) and
-its framing tokens (8). The estimate and the server's memory plan size the same number."""
 
 VOICE_FAMILY = Family(
     "ar-voice", "The lab's own voice: a small Llama-style LM over the Piper voice's phonemes, "
@@ -73,18 +77,6 @@ VOICE_FAMILY = Family(
     },
     dummy_warning="dummy weights: the language model is random, so the audio is noise, "
                   "not speech")
-
-
-def weights_dir(cfg: PipelineConfig) -> Path:
-    return WEIGHTS_DIR if cfg.model == "default" else Path(cfg.model)
-
-
-def teacher_voice(cfg: PipelineConfig) -> str:
-    """The Piper voice whose frontend and generator the model was trained with: the embedded
-    one, unless the weights directory carries an export of it in `voice/` (for machines
-    without the voice's package)."""
-    folder = weights_dir(cfg) / "voice"
-    return str(folder) if folder.is_dir() else "default"
 
 
 def pack_folder(out: Path) -> Path:
@@ -118,7 +110,7 @@ def codec_dtype(lm_dtype: torch.dtype, device: torch.device, notes: list[str]) -
 def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
               ) -> tuple[TokenTTS, PrecisionReport]:
     """LM (cast and quantized by the shared plan), engine, codec and format for a config."""
-    folder = weights_dir(cfg)
+    folder = weights_dir(cfg.model)
     books = load_codebooks(folder / CODEBOOK_FILE)
     if cfg.weights == "dummy":  # the trained shape, filled at random: its tensors stay unread
         shape = read_voice_config(folder / LM_FILE)
@@ -159,14 +151,12 @@ class VoiceBackend(TokenBackend):
 
     @classmethod
     def load(cls, config: PipelineConfig, device: torch.device) -> VoiceBackend:
-        voice = load_voice(teacher_voice(config))
+        voice = load_voice(teacher_voice(config.model))
         return cls(config, voice, *build_tts(config, device, voice))
 
     @classmethod
     def size(cls, work: Work) -> Plan:
         """What `work` would hold and do, from shapes alone, before anything loads."""
-        from lab.models.voice_sizing import size_voice
-
         return size_voice(work)
 
     def prepare(self, text: str) -> tuple[list[list[int]], list[str]]:

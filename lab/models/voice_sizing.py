@@ -12,15 +12,18 @@ from lab.models.latent_codec import HOP, CodecError
 from lab.models.piper_sizing import PIPER_ACT_BYTES_PER_SAMPLE, voice_shape
 from lab.models.sizing import Plan, Work
 from lab.models.token_sizing import TokenCost, size_tokens
-from lab.models.voice_backend import (
-    CACHE_ROOM,
+from lab.models.voice_weights import (
     CODEBOOK_FILE,
     DECODER_FILE,
     LM_FILE,
+    read_voice_config,
     teacher_voice,
     weights_dir,
 )
-from lab.models.voice_weights import read_voice_config
+
+CACHE_ROOM = 256 + 8
+"""Positions a slot's cache holds beyond `sampling.max_tokens`: the phoneme prompt (256) and
+its framing tokens (8). The estimate and the server's memory plan size the same number."""
 
 PHONEMES_PER_CHAR = 0.9
 """espeak-ng's phonemes per character of English text, roughly: the prompt's length."""
@@ -54,14 +57,14 @@ def decoder_params(path) -> int:
 
 def size_voice(w: Work) -> Plan:
     """Bytes and phases of `w` for the lab's voice (`VoiceBackend.size`)."""
-    folder = weights_dir(w.cfg)
+    folder = weights_dir(w.cfg.model)
     try:
         lm = read_voice_config(folder / LM_FILE)
         levels, size, dim = codebook_shape(folder / CODEBOOK_FILE)
         learned = decoder_params(folder / DECODER_FILE)
     except (WeightsError, CodecError) as err:
         raise EstimateError(str(err)) from err
-    _, _, dec, _, rate, frame_flops, _ = voice_shape(teacher_voice(w.cfg))
+    _, _, dec, _, rate, frame_flops, _ = voice_shape(teacher_voice(w.cfg.model))
     group = dim // 192
     cost = TokenCost(
         codec_params=dec + levels * size * dim + learned, frame_flops=frame_flops * group,

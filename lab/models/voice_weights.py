@@ -20,6 +20,23 @@ from safetensors.torch import save_file
 from lab.engine.llm import LM, Llama3RopeScaling, LMConfig
 from lab.engine.weights import WeightsError, empty_lm
 
+WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "data" / "voice"
+LM_FILE, CODEBOOK_FILE, DECODER_FILE = "lm.safetensors", "codebooks.safetensors", \
+    "decoder.safetensors"
+
+
+def weights_dir(model: str) -> Path:
+    """The folder a config's `model` names: the shipped weights for "default"."""
+    return WEIGHTS_DIR if model == "default" else Path(model)
+
+
+def teacher_voice(model: str) -> str:
+    """The Piper voice whose frontend and generator the model was trained with: the embedded
+    one, unless the weights directory carries an export of it in `voice/` (for machines
+    without the voice's package)."""
+    folder = weights_dir(model) / "voice"
+    return str(folder) if folder.is_dir() else "default"
+
 WEIGHTS_FORMAT = "lab-lm-1"
 
 

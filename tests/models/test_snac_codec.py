@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lab.models.orpheus_backend import TINY_SNAC
+from lab.models.orpheus_sizing import TINY_SNAC
 from lab.models.snac_codec import (
     ORPHEUS_WINDOW,
     SnacCodec,

@@ -14,18 +14,16 @@ from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.request import SamplingParams
 from lab.engine.weights import WeightsError
 from lab.models.piper_voice import load_voice
-from lab.models.voice_backend import (
+from lab.models.voice_backend import build_tts, max_tokens_for, pack_folder
+from lab.models.voice_format import PhonemeAlignedConstraint, VoiceLayout, prompt
+from lab.models.voice_weights import (
     CODEBOOK_FILE,
     DECODER_FILE,
     LM_FILE,
     WEIGHTS_DIR,
-    build_tts,
-    max_tokens_for,
-    pack_folder,
+    load_voice_lm,
     teacher_voice,
 )
-from lab.models.voice_format import PhonemeAlignedConstraint, VoiceLayout, prompt
-from lab.models.voice_weights import load_voice_lm
 from lab.pipeline import Pipeline
 from lab.quality.report import evaluate
 from lab.quant import DTYPES
@@ -91,7 +89,7 @@ def test_the_voice_decodes_through_the_learned_decoder_its_folder_holds(tmp_path
     """The shipped voice decodes its codes through its learned decoder; a folder without one
     decodes by the plain sum of codebook rows, and a broken one is refused by name."""
     cfg = load_preset("ar-voice-cpu")
-    voice = load_voice(teacher_voice(cfg))
+    voice = load_voice(teacher_voice(cfg.model))
     assert build_tts(cfg, torch.device("cpu"), voice)[0].codec.decoder is not None
     for name in (LM_FILE, CODEBOOK_FILE):
         shutil.copy(WEIGHTS_DIR / name, tmp_path / name)
@@ -130,7 +128,7 @@ def test_in_bf16_the_codec_stays_fp32_where_the_cpu_emulates_bf16():
     convolutions do not, so they keep fp32 there and the run says so."""
     cfg = load_preset("ar-voice-cpu", dtype="bf16")
     device = torch.device("cpu")
-    tts, report = build_tts(cfg, device, load_voice(teacher_voice(cfg)))
+    tts, report = build_tts(cfg, device, load_voice(teacher_voice(cfg.model)))
     assert tts.engine.runner.model.embed.weight.dtype == torch.bfloat16
     generator_dtype = next(tts.codec.generator.parameters()).dtype
     if native_bf16(device):
@@ -145,7 +143,7 @@ def test_a_named_codec_dtype_overrides_the_familys_choice(lm_dtype, codec):
     """`codec_dtype` sets the generator's precision whatever the LM's, and the run adds no
     note about the automatic choice it replaced."""
     cfg = load_preset("ar-voice-cpu", dtype=lm_dtype, codec_dtype=codec)
-    tts, report = build_tts(cfg, torch.device("cpu"), load_voice(teacher_voice(cfg)))
+    tts, report = build_tts(cfg, torch.device("cpu"), load_voice(teacher_voice(cfg.model)))
     assert tts.engine.runner.model.embed.weight.dtype == DTYPES[lm_dtype]
     assert next(tts.codec.generator.parameters()).dtype == DTYPES[codec]
     assert not any("codec's generator stays in fp32" in note for note in report.notes)

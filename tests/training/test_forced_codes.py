@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from lab.models.latent_codec import group_latents, load_codebooks, quantize
-from lab.models.voice_backend import CODEBOOK_FILE, LM_FILE, WEIGHTS_DIR
 from lab.models.voice_format import VoiceLayout, lm_phonemes, phoneme_groups
-from lab.models.voice_weights import load_voice_lm
+from lab.models.voice_weights import CODEBOOK_FILE, LM_FILE, WEIGHTS_DIR, load_voice_lm
 from lab.training.forced_codes import Draw, forced_codes
 from lab.training.teacher import Teacher
 
