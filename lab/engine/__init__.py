@@ -5,9 +5,8 @@ from lab.engine.cache import (
     NoKVCache,
     SlotDynamicCache,
     StaticKVCache,
-    make_cache,
 )
-from lab.engine.generate import GenerationResult, StepClock, generate, greedy
+from lab.engine.generate import GenerationResult, StepClock, generate, greedy, make_cache
 from lab.engine.graphs import BUCKETS, MODES, GraphedDecoder
 from lab.engine.hf_baseline import hf_config, hf_generate, to_hf_model
 from lab.engine.kv_dtype import KV_DTYPES

@@ -14,15 +14,12 @@ what it holds with `describe()`, in words a user can compare across modes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from lab.engine.kv_dtype import SCALE_DTYPE, is_scaled, kv_bytes_per_slot, load, store
-
-if TYPE_CHECKING:
-    from lab.engine.llm import LMConfig
 
 
 class StaticLayer(NamedTuple):
@@ -353,29 +350,3 @@ class NoKVCache:
 
     def describe(self) -> str:
         return "none: no KV cache; each step recomputes the prefix"
-
-
-def make_cache(
-    mode: str,
-    cfg: LMConfig,
-    n_slots: int,
-    max_len: int,
-    dtype: torch.dtype,
-    device: torch.device | str,
-) -> StaticKVCache | DynamicKVCache | None:
-    """The cache for one of the ladder's modes: 'none', 'dynamic' or 'static'."""
-    if mode == "none":
-        return None
-    if mode == "dynamic":
-        return DynamicKVCache(cfg.n_layers)
-    if mode == "static":
-        if max_len > cfg.max_seq_len:
-            raise ValueError(
-                f"max_len={max_len} is longer than the model's rotary table ({cfg.max_seq_len})"
-            )
-        return StaticKVCache(
-            cfg.n_layers, n_slots, max_len, cfg.n_kv_heads, cfg.head_dim, dtype, device
-        )
-    from lab.engine.kv_modes import KV_MODES
-
-    raise ValueError(f"cache mode {mode!r} is not valid; choose one of {list(KV_MODES)}")

@@ -14,10 +14,35 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lab.engine.cache import StaticKVCache, make_cache
+from lab.engine.cache import DynamicKVCache, StaticKVCache
 from lab.engine.kv_modes import KV_MODES
+from lab.engine.llm import LMConfig
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
+
+
+def make_cache(
+    mode: str,
+    cfg: LMConfig,
+    n_slots: int,
+    max_len: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> StaticKVCache | DynamicKVCache | None:
+    """The cache for one of the ladder's modes: 'none', 'dynamic' or 'static'."""
+    if mode == "none":
+        return None
+    if mode == "dynamic":
+        return DynamicKVCache(cfg.n_layers)
+    if mode == "static":
+        if max_len > cfg.max_seq_len:
+            raise ValueError(
+                f"max_len={max_len} is longer than the model's rotary table ({cfg.max_seq_len})"
+            )
+        return StaticKVCache(
+            cfg.n_layers, n_slots, max_len, cfg.n_kv_heads, cfg.head_dim, dtype, device
+        )
+    raise ValueError(f"cache mode {mode!r} is not valid; choose one of {list(KV_MODES)}")
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:

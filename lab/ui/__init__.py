@@ -17,7 +17,8 @@ def launch(host: str = "127.0.0.1", port: int = 7860, data_dir: str | Path | Non
     instant too.
     """
     from lab.data_dir import data_dir as default_data_dir
-    from lab.ui.blocks import LabContext, build_app
+    from lab.ui.blocks import build_app
+    from lab.ui.context import LabContext
 
     steps = ["data directory", "default pipeline", "interface"]
     with tqdm(total=len(steps), desc="starting lab", unit="step") as bar:

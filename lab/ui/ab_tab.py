@@ -47,7 +47,7 @@ from lab.ui.tables import PERCENT, Column
 if TYPE_CHECKING:
     from lab.listening import WinRate
     from lab.pipeline import Pipeline, Synthesis
-    from lab.ui.blocks import LabContext
+    from lab.ui.context import LabContext
 
 WIN_COLUMNS = {
     "baseline": Column("Baseline"),

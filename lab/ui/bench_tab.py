@@ -28,7 +28,7 @@ from lab.ui.tables import INT, MS, ONE, RATIO, Column
 
 if TYPE_CHECKING:
     from lab.config import PipelineConfig
-    from lab.ui.blocks import LabContext
+    from lab.ui.context import LabContext
 
 AXES = {
     "batch size": ("batch_size", "1, 2, 4"),

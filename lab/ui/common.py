@@ -18,7 +18,7 @@ from lab.ui.knobs import check_machine
 if TYPE_CHECKING:
     from lab.config import PipelineConfig
     from lab.pipeline import Pipeline
-    from lab.ui.blocks import LabContext
+    from lab.ui.context import LabContext
     from lab.ui.panel import Panel
 
 EXAMPLE_TEXT = (

@@ -22,7 +22,7 @@ from lab.ui import charts
 
 if TYPE_CHECKING:
     from lab.metrics.telemetry import Sample
-    from lab.ui.blocks import LabContext
+    from lab.ui.context import LabContext
 
 WINDOW_S = 120
 REFRESH_S = 1.0

@@ -20,7 +20,7 @@ from lab.ui.common import EXAMPLE_TEXT, PROGRESS, load, resolve_config
 from lab.ui.panel import build_panel
 
 if TYPE_CHECKING:
-    from lab.ui.blocks import LabContext
+    from lab.ui.context import LabContext
 
 TOP = 3
 STEPS = 4  # load, warm-up, profiled run, trace export

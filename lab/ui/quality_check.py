@@ -37,7 +37,7 @@ from lab.ui.common import PLAIN, PROGRESS, load, pcm16, verdict_span
 
 if TYPE_CHECKING:
     from lab.config import PipelineConfig
-    from lab.ui.blocks import LabContext
+    from lab.ui.context import LabContext
 
 NO_SET = "none (the take's sentences only)"
 DEFAULT_SET = "short"

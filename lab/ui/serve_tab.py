@@ -65,7 +65,7 @@ from lab.ui.serving import HOST, Serving, SinceLastLook, Target, describe, scrap
 from lab.ui.tables import INT, MS, ONE, PERCENT, Column
 
 if TYPE_CHECKING:
-    from lab.ui.blocks import LabContext
+    from lab.ui.context import LabContext
 
 METRICS_EVERY_S = 2.0
 CANCEL_POLL_S = 0.2

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from lab.config import PipelineConfig
     from lab.pipeline import Pipeline, Synthesis
-    from lab.ui.blocks import LabContext
+    from lab.ui.context import LabContext
     from lab.ui.player import Channel
 
 EXAMPLES = [

@@ -10,7 +10,8 @@ import pytest
 from browser import CHROME_ARGS, CHROMIUM, App
 from playwright.sync_api import sync_playwright
 
-from lab.ui.blocks import LabContext, build_app
+from lab.ui.blocks import build_app
+from lab.ui.context import LabContext
 
 APPS_BEFORE = pytest.StashKey[int]()  # how many apps had started before a test's set-up
 

@@ -16,7 +16,7 @@ from lab.listening import Vote
 from lab.pipeline import Pipeline
 from lab.ui import ab_tab
 from lab.ui.ab_tab import AbWidgets, RenderCancelled, label_of
-from lab.ui.blocks import LabContext
+from lab.ui.context import LabContext
 from lab.ui.pipelines import PipelineCache
 
 BASE = PipelineConfig(device="cpu", stream=False)

@@ -9,7 +9,7 @@ import pytest
 from lab.bench.sweep import Sweep, runner_measure
 from lab.metrics.events import BENCHMARK, USER, events
 from lab.ui import charts, live_tab
-from lab.ui.blocks import LabContext
+from lab.ui.context import LabContext
 from lab.ui.pipelines import PipelineCache
 
 

@@ -14,7 +14,7 @@ from gradio.context import LocalContext
 
 from lab.config import PipelineConfig
 from lab.ui import quality_check
-from lab.ui.blocks import LabContext
+from lab.ui.context import LabContext
 from lab.ui.pipelines import PipelineCache
 
 TEXT = ("The kettle clicked off just as the phone rang. Please leave the blue folder on my "

@@ -20,7 +20,7 @@ from lab.config import PipelineConfig
 from lab.models.registry import family
 from lab.pipeline import Pipeline, describe_startup
 from lab.ui import ab_tab, bench_tab, common, profile_tab, synth_tab
-from lab.ui.blocks import LabContext
+from lab.ui.context import LabContext
 from lab.ui.pipelines import PipelineCache
 
 LONG_ACTIONS = ("synth-go", "ab-render", "ab-vote-x", "ab-vote-same", "ab-vote-y", "bench-go",
