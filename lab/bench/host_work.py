@@ -33,6 +33,11 @@ class ThreadClock(NamedTuple):
     codec_windows: int = 0
     codec_lag_s: float = 0.0
 
+    @property
+    def host_s(self) -> float:
+        """Busy seconds less the device waits: the thread's host work."""
+        return self.busy_s - self.wait_s
+
 
 COUNTERS = ("lab_worker_rounds_total", "lab_worker_busy_seconds_total",
             "lab_engine_device_wait_seconds_total", "lab_codec_windows_total",
@@ -72,8 +77,9 @@ def with_host_work(row: PointSummary, before: ThreadClock | None,
     over the wall time: the share is capped at 1."""
     if before is None or after is None:
         return row
-    rounds, busy_s, wait_s, windows, lag_s = (b - a for a, b in zip(before, after, strict=True))
-    host = round(min(1.0, (busy_s - wait_s) / row.wall_s), 3) if row.wall_s else None
+    rounds, busy_s, _, windows, lag_s = (b - a for a, b in zip(before, after, strict=True))
+    host_s = after.host_s - before.host_s
+    host = round(min(1.0, host_s / row.wall_s), 3) if row.wall_s else None
     return replace(row, host_busy=host,
                    round_ms=round(busy_s * 1000 / rounds, 3) if rounds else None,
                    codec_lag_ms=round(lag_s * 1000 / windows, 3) if windows else None)

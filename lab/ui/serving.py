@@ -184,20 +184,13 @@ class SinceLastLook:
         if clock is None or last is None or last[1] is None or now <= last[0]:
             return Recent()
         then, before = last
-        host_s, host_then = clock.busy_s - clock.wait_s, before.busy_s - before.wait_s
-        share = min(1.0, (host_s - host_then) / (now - then)) if host_s >= host_then else None
+        host_s = clock.host_s - before.host_s
+        share = min(1.0, host_s / (now - then)) if host_s >= 0 else None
         windows = clock.codec_windows - before.codec_windows
         lag = None
         if windows > 0 and clock.codec_lag_s >= before.codec_lag_s:
             lag = 1000 * (clock.codec_lag_s - before.codec_lag_s) / windows
         return Recent(share, lag)
-
-
-def host_seconds(values: dict[str, float]) -> float | None:
-    """The serving thread's busy seconds less those it waited for the device's tokens (an
-    engine family's `lab_engine_device_wait_seconds_total`); None from a server without them."""
-    clock = clock_of_values(values)
-    return None if clock is None else clock.busy_s - clock.wait_s
 
 
 def metric_samples(exposition: str) -> tuple[dict[str, float], dict[str, float]]:

@@ -14,6 +14,7 @@ from dataclasses import replace
 import gradio as gr
 import pytest
 
+from lab.bench.host_work import clock_of_values
 from lab.bench.load_report import RequestRecord, summarize
 from lab.bench.loadtest import SpeechTarget
 from lab.bench.loopback import NotLoopback
@@ -29,7 +30,6 @@ from lab.ui.serving import (
     Target,
     base_url,
     highlights,
-    host_seconds,
     metric_samples,
     snippets,
 )
@@ -77,8 +77,9 @@ def test_the_serving_threads_busy_share_and_codec_lag_run_between_two_looks():
                          lambda: EngineQueue(waiting=0, held_steps=0, device_wait_s=0.5),
                          lambda: WorkerLoad(rounds=10, busy_s=2.0))
     exposition = load.exposition().decode()
-    assert host_seconds(metric_samples(exposition)[0]) == pytest.approx(1.5)  # less the device wait
-    assert host_seconds({}) is None  # a server that is not the lab's
+    host = clock_of_values(metric_samples(exposition)[0]).host_s
+    assert host == pytest.approx(1.5)  # less the device wait
+    assert clock_of_values({}) is None  # a server that is not the lab's
     line = highlights(exposition, Recent(0.75, 9.04))
     assert "serving thread on host work **75%** since the last look" in line
     assert "codec windows back **9.0 ms** after launch" in line
