@@ -30,7 +30,7 @@ import torch
 from linear_kernels import captured, median_ms
 from tqdm import tqdm
 
-from lab.bench.report import markdown_table, run_meta, save_report
+from lab.bench.report import markdown_table, recorded_args, run_meta, save_report
 from lab.models.snac_codec import FRAME_CODES, SnacCodec, build_snac
 
 VARIANTS = ("eager", "compiled")
@@ -88,7 +88,7 @@ def run(args) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return {"meta": run_meta(device=name), "dtype": args.dtype,
             "weights": "dummy (seeded random SNAC 24 kHz): speed and numerical difference",
-            "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
+            "args": recorded_args(args), "rows": rows}
 
 
 def render(report: dict) -> str:

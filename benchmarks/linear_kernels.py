@@ -39,7 +39,7 @@ from engine_ladder import _free, copy_bandwidth
 from torch import nn
 from tqdm import tqdm
 
-from lab.bench.report import markdown_table, run_meta, save_report
+from lab.bench.report import markdown_table, recorded_args, run_meta, save_report
 from lab.engine.llm import LM_SHAPES
 from lab.metrics.repeats import timed_repeats
 from lab.quant import int4_rows, int8_rows, tensor_bytes
@@ -235,7 +235,7 @@ def run(args) -> dict:
     return {"meta": run_meta(device=name), "shape": args.shape, "layers": args.layers,
             "dtype": args.dtype, "weights": "dummy (random): speed and the kernels' own error",
             "copy_bandwidth_gb_s": bandwidth and bandwidth / 1e9,
-            "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
+            "args": recorded_args(args), "rows": rows}
 
 
 def render(report: dict) -> str:

@@ -47,7 +47,7 @@ import transformers
 from engine_ladder import _free, copy_bandwidth, graphed, load_model, repeated, streamed_bytes
 from tqdm import tqdm
 
-from lab.bench.report import markdown_table, run_meta, save_report
+from lab.bench.report import markdown_table, recorded_args, run_meta, save_report
 from lab.engine import generate, hf_generate, norm_matvec, to_hf_model
 from lab.engine.graphs import default_key_buckets
 from lab.models.orpheus_format import AudioTokenConstraint, OrpheusError, OrpheusLayout
@@ -289,7 +289,7 @@ def main(argv=None) -> None:
                                torchao=version("torchao")),
               "shape": shape, "dtype": args.dtype, "weights": weights, "floor_ms_batch1": floor_ms,
               "copy_bandwidth_gb_s": bandwidth and bandwidth / 1e9,
-              "args": {k: str(v) for k, v in vars(args).items() if k not in ("out", "render")},
+              "args": recorded_args(args, "render"),
               "rows": rows}
     save_report(report, args.out, args.stem, render)
 

@@ -55,6 +55,12 @@ def command_line(argv: Sequence[str]) -> str:
     return shlex.join(kept)
 
 
+def recorded_args(args: object, *leave: str) -> dict[str, str]:
+    """A benchmark's options as its report keeps them: as text, and without `--out` (the
+    machine's folder, as in `command_line`) or the flags in `leave`."""
+    return {k: str(v) for k, v in vars(args).items() if k not in ("out", *leave)}
+
+
 def program(arg0: str) -> list[str]:
     """The program as a reader runs it, not as this machine found it: `python -m lab.cli`
     sees its own file's absolute path, and the console script its install's `bin/lab`."""

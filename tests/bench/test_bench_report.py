@@ -1,10 +1,19 @@
+import argparse
 import csv
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
-from lab.bench.report import command_line, markdown_table, run_meta, to_json, write_report
+from lab.bench.report import (
+    command_line,
+    markdown_table,
+    recorded_args,
+    run_meta,
+    to_json,
+    write_report,
+)
 from lab.bench.runner import BenchRow
 
 ROW = BenchRow(
@@ -145,3 +154,9 @@ def test_json_keeps_each_record_and_number_list_on_one_line():
     assert '    {"shape": "open", "ttfa_s": 0.1, "error": null},' in lines
     assert '      "rates": [4, 8.5]' in lines
     assert '    "a note",' in lines and '  "empty": [],' in lines
+
+
+def test_a_report_keeps_its_options_as_text_without_the_output_folder():
+    args = argparse.Namespace(out=Path("/somewhere/out"), rows=[1, 4], render=False)
+    assert recorded_args(args) == {"rows": "[1, 4]", "render": "False"}
+    assert recorded_args(args, "render") == {"rows": "[1, 4]"}
