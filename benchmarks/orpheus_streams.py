@@ -130,6 +130,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grow-lead-ms", default="",
                    help="compare these growth thresholds (ms, comma-separated; the config's "
                         "grow_lead_ms) on the one build, each rate in turn ('': the build's)")
+    p.add_argument("--rush-lead-ms", default="",
+                   help="compare these rush leads (ms, comma-separated; the config's "
+                        "rush_lead_ms, 0 off) on the one build, each rate in turn ('': the "
+                        "build's)")
     p.add_argument("--admit-lead-ms", default="",
                    help="compare these admission holds (ms, comma-separated; the config's "
                         "admit_lead_ms, 0 off) on the one build, each rate in turn ('': the "
@@ -226,14 +230,15 @@ def use_prefix_cache(tts: TokenTTS, on: bool) -> None:
         tts.engine.cache_prefix(tts.format.voice_prefix("tara"))
 
 
-def use_grow_lead(tts: TokenTTS, ms: float | None) -> float:
-    """Set the audio in hand past which the decoder's streams grow their chunks (None: keep
-    it); the value in force, in ms. Between runs no stream is open, so nothing waits on the
-    old threshold."""
+def use_window_lead(tts: TokenTTS, name: str, ms: float | None) -> float:
+    """Set one of the decoder window's leads from ms (`guard_s`: the audio in hand past which
+    streams grow their chunks; `rush_s`: the audio in hand below which they rush one; None:
+    keep it); the value in force, in ms. Between runs no stream is open, so nothing waits on
+    the old value."""
     decoder = tts.decoder
     if ms is not None:
-        decoder.window = replace(decoder.window, guard_s=ms / 1000)
-    return round(decoder.window.guard_s * 1000, 3)
+        decoder.window = replace(decoder.window, **{name: ms / 1000})
+    return round(getattr(decoder.window, name) * 1000, 3)
 
 
 def use_gate(tts: TokenTTS, attribute: str, ms: float | None) -> float:
@@ -571,20 +576,24 @@ def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) ->
     rows = []
     settings = {"off": [False], "on": [True], "both": [False, True]}[args.prefix_cache]
     leads = counts(args.grow_lead_ms, float) or [None]
+    rushes = counts(args.rush_lead_ms, float) or [None]
     admits = counts(args.admit_lead_ms, float) or [None]
     ceilings = counts(args.admit_round_ms, float) or [None]
-    for rate, prefix, lead, admit, ceiling in itertools.product(rates, settings, leads, admits,
-                                                                ceilings):
+    for rate, prefix, lead, rush, admit, ceiling in itertools.product(rates, settings, leads,
+                                                                      rushes, admits, ceilings):
         offsets = poisson_arrivals(rate, MAX_REQUESTS, args.duration, args.seed)
         if not offsets:
             raise SystemExit(f"no arrival in {args.duration} s at {rate}/s (seed {args.seed}): "
                              "raise --duration")
         use_prefix_cache(tts, prefix)
-        grow_lead, admit_lead = use_grow_lead(tts, lead), use_gate(tts, "admit_lead_s", admit)
+        grow_lead, admit_lead = (use_window_lead(tts, "guard_s", lead),
+                                 use_gate(tts, "admit_lead_s", admit))
+        rush_lead = use_window_lead(tts, "rush_s", rush)
         admit_round = use_gate(tts, "admit_round_s", ceiling)
         measure = functools.partial(run_open_loop, tts, offsets, args.duration, args.tokens,
                                     args.drain_timeout)
         rows.append({"rate": rate, "prefix_cache": prefix, "grow_lead_ms": grow_lead,
+                     "rush_lead_ms": rush_lead,
                      "admit_lead_ms": admit_lead, "admit_round_ms": admit_round,
                      **repeated(measure, args.repeats, OPEN_SPREAD_KEYS, OPEN_PER_RUN_KEYS)})
         print(json.dumps(rows[-1]), flush=True)
@@ -815,24 +824,27 @@ def _open_loop_table(result: dict) -> list[str]:
              "'prefill / cached' are prompt tokens per request computed, and copied from the "
              "voice prefix cache.\n",
              "'grow lead' is the audio in hand, in ms, past which a stream's chunks grow "
-             "(`grow_lead_ms`; '-': not recorded); 'admit hold' the audio in hand, in ms, "
+             "(`grow_lead_ms`; '-': not recorded); 'rush lead' the audio in hand, in ms, at "
+             "or below which a stream's next chunk goes out with a frame less of right context "
+             "(`rush_lead_ms`; 0: off; '-': not recorded); 'admit hold' the audio in hand, in ms, "
              "every playing stream must hold before a new stream is admitted (`admit_lead_ms`; "
              "0: admitted whenever a slot is free); 'round cap' the engine's recent rounds, in "
              "ms, past which no new stream is admitted (`admit_round_ms`; 0: off; '-': not "
              "recorded).\n",
-             "| arrivals/s | prefix cache | grow lead | admit hold | round cap | "
+             "| arrivals/s | prefix cache | grow lead | rush lead | admit hold | round cap | "
              "prefill / cached tokens | "
              "requests (finished) | "
              "in flight mean / peak | TTFA p50 / p95 ms | "
              "stream tok/s slowest / p50 | below RT | step p50 / p95 / max ms | "
              "wall prefill / decode / idle | SNAC |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in open_loop["rows"]:
         tokens = (f"{r['prefill_tokens_per_request']:.0f} / {r['cached_tokens_per_request']:.0f}"
                   if "cached_tokens_per_request" in r else "-")
         lines.append(
             f"| {r['rate']:g} | {'on' if r.get('prefix_cache') else 'off'} | "
-            f"{_num(r, 'grow_lead_ms', 'g')} | {_num(r, 'admit_lead_ms', 'g')} | "
+            f"{_num(r, 'grow_lead_ms', 'g')} | {_num(r, 'rush_lead_ms', 'g')} | "
+            f"{_num(r, 'admit_lead_ms', 'g')} | "
             f"{_num(r, 'admit_round_ms', 'g')} | {tokens} | "
             f"{r['requests']:g} ({r['finished']:g}) | "
             f"{_num(r, 'active_mean', '.1f')} / {r['active_peak']:g} | "

@@ -50,6 +50,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "decode_interval": (1, 512),
     "max_decode_interval": (0, 512),
     "grow_lead_ms": (0, 5000),
+    "rush_lead_ms": (0, 5000),
     "first_chunk_frames": (0, 640),
     "first_chunk_wait": (0, 640),
     "overlap": (0, 128),
@@ -104,7 +105,11 @@ class PipelineConfig:
     to first audio, more audio in hand against an early slow step. `first_chunk_wait` (0:
     `decode_interval + overlap`, at least `decode_interval`) is how many frames the first
     chunk waits for: fewer bring the first audio forward, with less right context for the first
-    chunk's end, and `first_chunk_frames` then lies within it.
+    chunk's end, and `first_chunk_frames` then lies within it. `rush_lead_ms` > 0: a stream
+    past its first chunk whose listener holds no more audio than that emits its next chunk with
+    one frame of right context fewer (`overlap - 1`) rather than run dry waiting for the last
+    one, a frame's worth of LM steps sooner; only streams about to run dry pay for it. Off (0)
+    in the presets.
 
     `kv_dtype`, `mixed_prefill` and `prefix_cache` shape how an autoregressive engine serves
     many streams (see `lab.engine.engine.EngineConfig` and `lab.engine.prefix`): K/V stored
@@ -138,6 +143,7 @@ class PipelineConfig:
     decode_interval: int = 24
     max_decode_interval: int = 0
     grow_lead_ms: float = 250.0
+    rush_lead_ms: float = 0.0
     first_chunk_frames: int = 0
     first_chunk_wait: int = 0
     overlap: int = 12
@@ -172,6 +178,9 @@ class PipelineConfig:
                               f"decode_interval={self.decode_interval}; set 0 for chunks of "
                               f"decode_interval frames only, or a value >= decode_interval")
         self._check_first_chunk()
+        if self.rush_lead_ms > 0 and self.overlap == 0:
+            raise ConfigError("rush_lead_ms > 0 emits a chunk with one frame of right context "
+                              "fewer, so it needs overlap >= 1; set rush_lead_ms: 0 for no rush")
         if self.crossfade_ms > 0 and self.overlap == 0:
             raise ConfigError("crossfade_ms > 0 blends chunks over their shared context, so it "
                               "needs overlap >= 1; set crossfade_ms: 0 for no overlap")

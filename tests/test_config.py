@@ -140,3 +140,7 @@ def test_a_first_chunk_lies_between_the_decode_interval_and_its_right_context():
     assert (cfg.first_chunk_frames, cfg.first_chunk_wait) == (2, 2)
     with pytest.raises(ConfigError, match=r"grow_lead_ms=-5.0 is out of range"):
         PipelineConfig(grow_lead_ms=-5.0)
+    with pytest.raises(ConfigError, match=r"rush_lead_ms=-1.0 is out of range"):
+        PipelineConfig(rush_lead_ms=-1.0)
+    with pytest.raises(ConfigError, match=r"rush_lead_ms > 0 .* needs overlap >= 1"):
+        PipelineConfig(overlap=0, crossfade_ms=0, rush_lead_ms=100)

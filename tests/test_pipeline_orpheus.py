@@ -194,6 +194,20 @@ def test_codec_side_stream_reaches_the_decoder_and_says_where_it_cannot_act(
     np.testing.assert_allclose(ours.audio, theirs.audio, atol=1e-4)
 
 
+def test_a_rush_lead_reaches_the_decoder_and_changes_only_the_chunk_seams():
+    """A rush lead longer than any utterance rushes every chunk it can: each goes out as soon
+    as its frame has one frame of right context instead of two, so the tokens (seeded) and the
+    audio's length are the plain pipeline's, and its samples differ a little at the seams."""
+    pipes = [Pipeline(load_preset("orpheus-tiny-cpu", rush_lead_ms=rush,
+                                  sampling={"max_tokens": 140})) for rush in (5000.0, 0.0)]
+    assert [p.backend.tts.decoder.window.rush_s for p in pipes] == [5.0, 0.0]
+    ours, theirs = (p.synthesize(TEXTS[1]).audio for p in pipes)
+    assert ours.shape == theirs.shape and len(ours) > 4 * pipes[0].backend.tts.codec.frame_samples
+    error = np.sum((ours - theirs) ** 2)
+    assert error > 0
+    assert 10 * np.log10(np.sum(theirs ** 2) / error) > 20
+
+
 def test_growing_chunks_reach_the_decoder_and_leave_the_audio_alone(greedy_by_serving_knobs):
     """Whether a chunk grows depends on how far generation runs ahead of playback on this
     machine; whatever sizes it took, the audio is the fixed-size chunks' audio, from no more

@@ -44,8 +44,8 @@ PIPER_FAMILY = Family(
         "cuda_graphs": "CUDA graphs need fixed shapes, and the voice's durations vary per text",
         "codec_side_stream": "its vocoder renders each chunk from frames it already has, so "
                              "there is no next decode step for a side stream to overlap",
-        **dict.fromkeys(("max_decode_interval", "grow_lead_ms", "first_chunk_frames",
-                         "first_chunk_wait"),
+        **dict.fromkeys(("max_decode_interval", "grow_lead_ms", "rush_lead_ms",
+                         "first_chunk_frames", "first_chunk_wait"),
                         "its chunks are planned from the sentence's frames, which all exist "
                         "before the first chunk: no token stream paces them"),
         "codec_dtype": "its vocoder is part of the voice's one network and runs in the "

@@ -91,10 +91,12 @@ LM_PLAN = PrecisionPlan(after_cast=_after_cast)
 def stream_window(cfg: PipelineConfig) -> StreamWindow:
     """`decode_interval` codec frames per chunk (growing up to `max_decode_interval` while the
     listener is more than `grow_lead_ms` ahead, the first `first_chunk_frames` once
-    `first_chunk_wait` frames exist), with `overlap` frames of context each side."""
+    `first_chunk_wait` frames exist), with `overlap` frames of context each side (one fewer on
+    the right for a listener down to `rush_lead_ms`)."""
     return StreamWindow(hop=cfg.decode_interval, left=cfg.overlap, right=cfg.overlap,
                         max_hop=cfg.max_decode_interval, first=cfg.first_chunk_frames,
-                        wait=cfg.first_chunk_wait, guard_s=cfg.grow_lead_ms / 1000)
+                        wait=cfg.first_chunk_wait, guard_s=cfg.grow_lead_ms / 1000,
+                        rush_s=cfg.rush_lead_ms / 1000)
 
 
 def tts_options(cfg: PipelineConfig) -> dict:

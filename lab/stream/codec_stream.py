@@ -72,6 +72,13 @@ class StreamWindow:
     so under load, when streams hold little, the codec re-decodes less context and leaves the
     GPU to the LM's steps.
 
+    `rush_s` > 0: a stream past its first chunk whose listener holds no more than `rush_s` of
+    audio emits its next `hop` frames with one frame of right context fewer than `right`, as
+    soon as they have that, instead of running dry while it waits for the last one. A frame's
+    worth of LM steps sooner (7 for SNAC): the second chunk after a first of `hop + right`
+    frames, which leaves no frame in hand, is the one a slow stretch of steps catches. Only a
+    stream about to run dry pays for it, with less context at that chunk's end. 0: off.
+
     The defaults are the reference Orpheus decoder's choice: a 4-frame window whose second
     frame is kept.
     """
@@ -83,6 +90,7 @@ class StreamWindow:
     first: int = 0
     wait: int = 0
     guard_s: float = GUARD_S
+    rush_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.hop < 1 or self.left < 0 or self.right < 0:
@@ -90,6 +98,10 @@ class StreamWindow:
         if self.guard_s < 0:
             raise CodecError(f"guard_s={self.guard_s} is negative; the audio a listener holds "
                              f"before chunks grow is 0 s or more")
+        if self.rush_s < 0 or (self.rush_s and not self.right):
+            raise CodecError(f"rush_s={self.rush_s} needs to be 0 (off), or > 0 with right >= 1 "
+                             f"(a rushed chunk has one frame of right context fewer); got "
+                             f"right={self.right}")
         if self.max_hop and self.max_hop < self.hop:
             raise CodecError(f"max_hop={self.max_hop} is below hop={self.hop}; use 0 for "
                              f"chunks of hop frames only, or a value >= hop")
@@ -202,7 +214,8 @@ class StreamingDecoder:
     Where the window lets chunks grow (`max_hop`), a stream ready to emit waits for a bigger
     chunk while the audio already sent runs ahead of playback by more than the window's
     `guard_s`; playback is counted from the first chunk's launch on `clock`, which is earlier
-    than any listener can start, so the estimate errs on the side of emitting.
+    than any listener can start, so the estimate errs on the side of emitting. The same count
+    decides when a stream short of right context rushes a chunk (`rush_s`).
     """
 
     def __init__(self, codec: Codec, window: StreamWindow | None = None,
@@ -266,11 +279,19 @@ class StreamingDecoder:
         if s.chunks == 0 and (w.first or w.wait):
             have = w.ready
             return _Job(sid, 0, 0, have, 0, w.first or w.hop, False) if n >= have else None
-        take = self._take(s, n - done - w.right, now)
+        take, right = self._take(s, n - done - w.right, now), w.right
         if take is None:
-            return None
-        start, stop = max(0, done - w.left), done + take + w.right
+            if not (self._rushable(s) and s.lead(now, self.frame_s) <= w.rush_s):
+                return None
+            take, right = w.hop, w.right - 1
+        start, stop = max(0, done - w.left), done + take + right
         return _Job(sid, s.chunks, start, stop, done, done + take, False)
+
+    def _rushable(self, s: _Stream) -> bool:
+        """Whether the stream, past its first chunk, holds `hop` frames with one frame of
+        right context fewer than the window's, and not with all of it (`StreamWindow.rush_s`)."""
+        w = self.window
+        return bool(w.rush_s and s.chunks) and s.n_frames - s.emitted - w.right == w.hop - 1
 
     def _take(self, s: _Stream, ready: int, now: float) -> int | None:
         """Frames the stream's next chunk emits, of the `ready` ones that have their right
@@ -316,14 +337,18 @@ class StreamingDecoder:
                 jobs.append(job)
                 if not job.final:
                     self._touched.add(sid)
-            elif self._waits(stream):
-                wake = stream.started + stream.emitted * self.frame_s - self.window.guard_s
+            elif (lead := self._wakes_at_lead(stream)) is not None:
+                wake = stream.started + stream.emitted * self.frame_s - lead
                 heapq.heappush(self._waking, (wake, sid))
         return jobs
 
-    def _waits(self, s: _Stream) -> bool:
-        """Whether the stream holds a chunk's worth of frames it chose not to emit yet."""
-        return s.n_frames - s.emitted - self.window.right >= self.window.hop
+    def _wakes_at_lead(self, s: _Stream) -> float | None:
+        """The lead at which a stream that emitted nothing should be looked at again, though
+        no frame comes: the guard, if it holds a chunk's worth of frames it chose not to emit
+        yet; the rush lead, if it holds a rushed chunk's; else None (it waits for frames)."""
+        if s.n_frames - s.emitted - self.window.right >= self.window.hop:
+            return self.window.guard_s
+        return self.window.rush_s if self._rushable(s) else None
 
     def decode_due(self) -> list[AudioChunk]:
         """Decode every due window now and return the chunks (blocking)."""

@@ -37,6 +37,7 @@ KNOB_FIELDS = (
     "decode_interval",
     "max_decode_interval",
     "grow_lead_ms",
+    "rush_lead_ms",
     "first_chunk_frames",
     "first_chunk_wait",
     "overlap",
@@ -69,6 +70,7 @@ LABELS = {
     "decode_interval": "Decode interval (frames)",
     "max_decode_interval": "Grow chunks up to (frames; 0 = fixed)",
     "grow_lead_ms": "Grow chunks once audio in hand exceeds (ms)",
+    "rush_lead_ms": "Rush a chunk with less right context below (ms in hand; 0 = off)",
     "first_chunk_frames": "First chunk (frames; 0 = decode interval)",
     "first_chunk_wait": "First chunk waits for (frames; 0 = decode interval + overlap)",
     "overlap": "Window overlap (frames)",
@@ -88,9 +90,9 @@ LABELS = {
     "sampling": "Sampling (temperature, top-p)",
 }
 STEPS = {"batch_size": 1, "decode_interval": 1, "max_decode_interval": 1, "grow_lead_ms": 10,
-         "first_chunk_frames": 1, "first_chunk_wait": 1, "mixed_prefill": 8, "admit_lead_ms": 10,
-         "admit_round_ms": 0.5,
-         "overlap": 1, "crossfade_ms": 0.5, "temperature": 0.05, "top_p": 0.01}
+         "rush_lead_ms": 10, "first_chunk_frames": 1, "first_chunk_wait": 1, "mixed_prefill": 8,
+         "admit_lead_ms": 10, "admit_round_ms": 0.5, "overlap": 1, "crossfade_ms": 0.5,
+         "temperature": 0.05, "top_p": 0.01}
 
 
 class KnobError(ValueError):
@@ -233,6 +235,7 @@ class Knobs:
     decode_interval: gr.Slider
     max_decode_interval: gr.Slider
     grow_lead_ms: gr.Slider
+    rush_lead_ms: gr.Slider
     first_chunk_frames: gr.Slider
     first_chunk_wait: gr.Slider
     overlap: gr.Slider
@@ -309,11 +312,12 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
                       elem_id=f"{key}-ar-engine") as engine:
         with gr.Row():
             kv_cache, kv_dtype = (_dropdown(n, v[n], key, fam) for n in ("kv_cache", "kv_dtype"))
-            mixed_prefill, admit_lead, admit_round, max_interval, grow_lead, first_chunk, \
-                first_wait = (_slider(n, v[n], key, fam)
-                              for n in ("mixed_prefill", "admit_lead_ms", "admit_round_ms",
-                                        "max_decode_interval", "grow_lead_ms",
-                                        "first_chunk_frames", "first_chunk_wait"))
+            mixed_prefill, admit_lead, admit_round, max_interval, grow_lead, rush_lead, \
+                first_chunk, first_wait = (
+                    _slider(n, v[n], key, fam)
+                    for n in ("mixed_prefill", "admit_lead_ms", "admit_round_ms",
+                              "max_decode_interval", "grow_lead_ms", "rush_lead_ms",
+                              "first_chunk_frames", "first_chunk_wait"))
             batching, graphs, prefix_cache, side_stream = (
                 _checkbox(n, v[n], key, fam)
                 for n in ("continuous_batching", "cuda_graphs", "prefix_cache",
@@ -322,9 +326,10 @@ def build_knobs(cfg: PipelineConfig, key: str) -> Knobs:
             temperature, top_p = (_slider(n, v[n], key, fam) for n in SAMPLING_FIELDS)
     note = gr.Markdown(family_note(v["family"], v["weights"]), elem_id=f"{key}-family-note")
     knobs = Knobs(family, weights, device, dtype, codec_dtype, quant, compile_mode, batch_size,
-                  decode_interval, max_interval, grow_lead, first_chunk, first_wait, overlap,
-                  crossfade, seed, kv_cache, kv_dtype, mixed_prefill, admit_lead, admit_round,
-                  batching, graphs, prefix_cache, side_stream, temperature, top_p, note, engine)
+                  decode_interval, max_interval, grow_lead, rush_lead, first_chunk, first_wait,
+                  overlap, crossfade, seed, kv_cache, kv_dtype, mixed_prefill, admit_lead,
+                  admit_round, batching, graphs, prefix_cache, side_stream, temperature, top_p,
+                  note, engine)
     family.change(family_view, [family, weights], [note, *knobs.governed(), engine],
                   show_progress="hidden")
     weights.change(family_note, [family, weights], note, show_progress="hidden")

@@ -410,16 +410,19 @@ def test_benchmark_measures_a_cloned_voice_with_and_without_its_prefix_cached(tm
 
 @pytest.mark.parametrize("flag, key, values, cells", [
     ("--grow-lead-ms", "grow_lead_ms", (250, 0),
-     ("| 5 | off | 250 | 0 | 0 |", "| 20 | off | 0 | 0 | 0 |")),
+     ("| 5 | off | 250 | 0 | 0 | 0 |", "| 20 | off | 0 | 0 | 0 | 0 |")),
+    ("--rush-lead-ms", "rush_lead_ms", (0, 120),
+     ("| 5 | off | 250 | 0 | 0 | 0 |", "| 20 | off | 250 | 120 | 0 | 0 |")),
     ("--admit-lead-ms", "admit_lead_ms", (0, 150),
-     ("| 5 | off | 250 | 0 | 0 |", "| 20 | off | 250 | 150 | 0 |")),
+     ("| 5 | off | 250 | 0 | 0 | 0 |", "| 20 | off | 250 | 0 | 150 | 0 |")),
     ("--admit-round-ms", "admit_round_ms", (0, 8),
-     ("| 5 | off | 250 | 0 | 0 |", "| 20 | off | 250 | 0 | 8 |")),
+     ("| 5 | off | 250 | 0 | 0 | 0 |", "| 20 | off | 250 | 0 | 0 | 8 |")),
 ])
 def test_benchmark_compares_a_streaming_knob_on_one_build(tmp_path, flag, key, values, cells):
     """Each rate runs at every value of the knob in turn on the same engine and codec (the
-    growth threshold the decoder holds, the admission hold of the pipeline's streams); each row
-    records the value in force while it ran, and every request still finishes."""
+    growth threshold and rush lead the decoder holds, the admission holds of the pipeline's
+    streams); each row records the value in force while it ran, and every request still
+    finishes."""
     bench = load_streams_benchmark()
     result = bench.main(["--smoke", "--streams", "", flag, ",".join(map(str, values)),
                          "--out", str(tmp_path)])

@@ -283,6 +283,40 @@ def test_a_waiting_stream_emits_when_its_lead_runs_out_without_a_new_frame(codec
     assert len(chunk.audio) // codec.frame_samples == 4  # 7 ready: the largest size they fill
 
 
+def test_a_stream_about_to_run_dry_rushes_its_next_frame_with_a_frame_less_of_right_context(
+        codec):
+    """The Orpheus GPU preset's window: after a 3-frame first chunk, the next frame waits for
+    2 frames of right context. With a rush lead it goes with the 1 it has once its listener
+    is down to that lead, even if no frame comes meanwhile, and decodes as the window one
+    frame shorter on the right; the chunk after it, no longer short of audio, waits again.
+    Without one it waits for the frame."""
+    frames, clock, n = codes(1, 6, seed=21), Clock(), codec.frame_samples
+    decoders = {rush: StreamingDecoder(codec, StreamWindow(hop=1, left=1, right=2, first=3,
+                                                           rush_s=rush), clock=clock)
+                for rush in (0.0, 0.1)}
+    for decoder in decoders.values():
+        decoder.open("s")
+        decoder.push("s", frames[0, :5])
+        assert [c.index for c in decoder.decode_due()] == [0]
+        assert decoder.decode_due() == []  # 3 frames in hand: 0.256 s, more than 0.1
+    clock.now = 3 * decoders[0.0].frame_s - 0.1 + 1e-9
+    assert decoders[0.0].decode_due() == []
+    (rushed,) = decoders[0.1].decode_due()
+    assert torch.equal(rushed.audio, codec.decode(frames[:, 2:5])[0, n:2 * n])
+    for decoder in decoders.values():
+        decoder.push("s", frames[0, 5:6])
+    (waited,) = decoders[0.0].decode_due()
+    assert torch.equal(waited.audio, codec.decode(frames[:, 2:6])[0, n:2 * n])
+    assert decoders[0.1].decode_due() == []  # frame 4 waits for its 2 frames: 0.19 s in hand
+
+
+def test_a_rush_lead_needs_right_context_to_give_up():
+    with pytest.raises(CodecError, match="rush_s=-0.1 needs"):
+        StreamWindow(rush_s=-0.1)
+    with pytest.raises(CodecError, match="right=0"):
+        StreamWindow(right=0, rush_s=0.1)
+
+
 def test_min_buffered_is_the_least_audio_a_playing_open_stream_holds(codec):
     """Streams not yet playing, streams on their first chunk and streams whose frames are all
     in count for nothing: only the streams past their start that still wait for decode steps

@@ -169,8 +169,8 @@ def test_numeric_knob_ranges_are_the_config_limits(built_app):
     limits = {**LIMITS, **SAMPLING_LIMITS}
     numeric = [n for n in KNOB_FIELDS if n in limits]
     assert numeric == ["batch_size", "decode_interval", "max_decode_interval", "grow_lead_ms",
-                       "first_chunk_frames", "first_chunk_wait", "overlap", "crossfade_ms",
-                       "seed", "mixed_prefill", "admit_lead_ms", "admit_round_ms",
+                       "rush_lead_ms", "first_chunk_frames", "first_chunk_wait", "overlap",
+                       "crossfade_ms", "seed", "mixed_prefill", "admit_lead_ms", "admit_round_ms",
                        "temperature", "top_p"]
     for panel in built_app.panels:
         for name in numeric:
