@@ -586,9 +586,9 @@ def open_loop_rows(tts: TokenTTS, args: argparse.Namespace, warm_tokens: int) ->
             raise SystemExit(f"no arrival in {args.duration} s at {rate}/s (seed {args.seed}): "
                              "raise --duration")
         use_prefix_cache(tts, prefix)
-        grow_lead, admit_lead = (use_window_lead(tts, "guard_s", lead),
-                                 use_gate(tts, "admit_lead_s", admit))
+        grow_lead = use_window_lead(tts, "guard_s", lead)
         rush_lead = use_window_lead(tts, "rush_s", rush)
+        admit_lead = use_gate(tts, "admit_lead_s", admit)
         admit_round = use_gate(tts, "admit_round_s", ceiling)
         measure = functools.partial(run_open_loop, tts, offsets, args.duration, args.tokens,
                                     args.drain_timeout)

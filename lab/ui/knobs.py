@@ -70,7 +70,7 @@ LABELS = {
     "decode_interval": "Decode interval (frames)",
     "max_decode_interval": "Grow chunks up to (frames; 0 = fixed)",
     "grow_lead_ms": "Grow chunks once audio in hand exceeds (ms)",
-    "rush_lead_ms": "Rush a chunk with less right context below (ms in hand; 0 = off)",
+    "rush_lead_ms": "Send a chunk early, with less right context, at audio in hand (ms; 0 = off)",
     "first_chunk_frames": "First chunk (frames; 0 = decode interval)",
     "first_chunk_wait": "First chunk waits for (frames; 0 = decode interval + overlap)",
     "overlap": "Window overlap (frames)",
