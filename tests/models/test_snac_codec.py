@@ -423,3 +423,20 @@ def test_a_first_chunk_outside_the_window_is_refused():
     with pytest.raises(CodecError, match=r"first=4 must lie in \[hop, hop \+ right\] = \[1, 3\]"):
         StreamWindow(hop=1, right=2, first=4)
     assert StreamWindow(hop=2, right=2, first=2).first == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_a_compiled_snac_captures_from_batch_two_with_one_frame_windows_uncompiled():
+    """As a server captures it: the compiled decode specialises a size of 1, so its graphs
+    start at a bucket of 2 and one-frame windows run it eagerly, with nothing falling back; a
+    batch of 1 pads to 2, and every replay gives what the uncaptured codec gives."""
+    eager = SnacCodec(build_snac(SMALL, seed=3), noise=False, device="cuda")
+    graphed = SnacCodec(build_snac(SMALL, seed=3), noise=False, device="cuda",
+                        compile_mode="default", cuda_graphs=True, max_batch=4)
+    graphed.capture(3)
+    assert graphed.graphs.captured == [(b, f) for b in (2, 4) for f in range(1, 4)]
+    assert graphed._decode.compiles and not graphed.graphs.failure
+    for b, f in ((1, 1), (1, 3), (3, 2), (4, 1)):
+        frames = codes(b, f, seed=30 + b)
+        torch.testing.assert_close(graphed.decode(frames), eager.decode(frames),
+                                   atol=1e-3, rtol=1e-3)
