@@ -44,3 +44,17 @@ def streamed_snr_db(codec, codes: torch.Tensor, window: StreamWindow, push: int 
 @pytest.fixture
 def streamed_snr():
     return streamed_snr_db
+
+
+def check_compiled_capture(graphed, eager, codes) -> None:
+    """A compiled codec with CUDA graphs up to a batch of 4: its graphs start at a bucket of 2
+    and one-frame windows run its compiled part eagerly (the compiler specialises a size of
+    1), nothing fails, and every replay gives what the uncaptured `eager` codec gives for
+    `codes(batch, frames, seed)`, a batch of 1 padded to 2."""
+    graphed.capture(3)
+    assert graphed.graphs.captured == [(b, f) for b in (2, 4) for f in range(1, 4)]
+    assert graphed._decode.compiles and not graphed.graphs.failure
+    for b, f in ((1, 1), (1, 3), (3, 2), (4, 1)):
+        frames = codes(b, f, 20 + b)
+        torch.testing.assert_close(graphed.decode(frames), eager.decode(frames),
+                                   atol=1e-3, rtol=1e-3)

@@ -16,6 +16,7 @@ from lab.models.latent_codec import (
 from lab.models.piper_voice import load_voice
 from lab.stream.codec_stream import CodecError, StreamWindow
 from lab.training.rvq import train_rvq
+from tests.models.conftest import check_compiled_capture
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +122,4 @@ def test_a_compiled_codec_captures_from_batch_two_and_one_frame_uncompiled(codec
     eager = LatentCodec(codec.codebooks, voice.model.dec, device="cuda")
     graphed = LatentCodec(codec.codebooks, voice.model.dec, device="cuda", cuda_graphs=True,
                           max_batch=4, compile_mode="default")
-    graphed.capture(3)
-    assert graphed.graphs.captured == [(b, f) for b in (2, 4) for f in range(1, 4)]
-    assert graphed._decode.compiles and not graphed.graphs.failure
-    for b, g in ((1, 1), (1, 3), (3, 2), (4, 1)):
-        codes = _codes(b, g, seed=20 + b)
-        torch.testing.assert_close(graphed.decode(codes), eager.decode(codes),
-                                   atol=1e-3, rtol=1e-3)
+    check_compiled_capture(graphed, eager, _codes)

@@ -15,7 +15,7 @@ from lab.models.snac_codec import (
     strip_noise,
 )
 from lab.stream.codec_stream import CodecError, StreamingDecoder, StreamWindow
-from tests.models.conftest import Clock
+from tests.models.conftest import Clock, check_compiled_capture
 
 SMALL = {**TINY_SNAC, "decoder_dim": 32, "codebook_size": 16}
 
@@ -433,10 +433,4 @@ def test_a_compiled_snac_captures_from_batch_two_with_one_frame_windows_uncompil
     eager = SnacCodec(build_snac(SMALL, seed=3), noise=False, device="cuda")
     graphed = SnacCodec(build_snac(SMALL, seed=3), noise=False, device="cuda",
                         compile_mode="default", cuda_graphs=True, max_batch=4)
-    graphed.capture(3)
-    assert graphed.graphs.captured == [(b, f) for b in (2, 4) for f in range(1, 4)]
-    assert graphed._decode.compiles and not graphed.graphs.failure
-    for b, f in ((1, 1), (1, 3), (3, 2), (4, 1)):
-        frames = codes(b, f, seed=30 + b)
-        torch.testing.assert_close(graphed.decode(frames), eager.decode(frames),
-                                   atol=1e-3, rtol=1e-3)
+    check_compiled_capture(graphed, eager, codes)
