@@ -310,6 +310,39 @@ def test_a_stream_about_to_run_dry_rushes_its_next_frame_with_a_frame_less_of_ri
     assert decoders[0.1].decode_due() == []  # frame 4 waits for its 2 frames: 0.19 s in hand
 
 
+def dry_seconds(codec, rush_s: float, arrivals: list[float], round_s: float = 0.005) -> float:
+    """How long a listener waits for audio after its first chunk, with the Orpheus GPU
+    preset's window, frames arriving at `arrivals` (seconds) and the decoder asked for due
+    chunks every `round_s`, as a serving loop does."""
+    clock = Clock()
+    decoder = StreamingDecoder(codec, StreamWindow(hop=1, left=1, right=2, first=3,
+                                                   rush_s=rush_s), clock=clock)
+    decoder.open("s")
+    frames, pushed, plays_until, dry = codes(1, len(arrivals), seed=40), 0, None, 0.0
+    while pushed < len(arrivals) or decoder.busy:
+        clock.now += round_s
+        while pushed < len(arrivals) and arrivals[pushed] <= clock.now:
+            decoder.push("s", frames[0, pushed:pushed + 1])
+            pushed += 1
+        if pushed == len(arrivals) and not decoder.streams["s"].closed:
+            decoder.close("s")
+        for chunk in decoder.decode_due():
+            plays_until = clock.now if plays_until is None else plays_until
+            dry += max(0.0, clock.now - plays_until)
+            plays_until = max(plays_until, clock.now) + len(chunk.audio) / codec.sample_rate
+    return dry
+
+
+def test_a_rush_lead_keeps_a_listener_playing_through_a_slow_stretch(codec):
+    """Three frames at once, then five frames 0.1 s apart (slower than the 85 ms each plays),
+    then faster again: waiting for each frame's full right context leaves the listener without
+    audio for tens of ms just before the second chunk; with a rush lead it never runs dry."""
+    arrivals = [0.01, 0.02, 0.03] + [0.03 + 0.1 * k for k in range(1, 6)] + [
+        0.53 + 0.05 * k for k in range(1, 9)]
+    assert dry_seconds(codec, 0.0, arrivals) > 0.03
+    assert dry_seconds(codec, 0.06, arrivals) == 0.0
+
+
 def test_a_rush_lead_needs_right_context_to_give_up():
     with pytest.raises(CodecError, match="rush_s=-0.1 needs"):
         StreamWindow(rush_s=-0.1)
