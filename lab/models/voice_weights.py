@@ -23,6 +23,7 @@ from lab.engine.weights import WeightsError, empty_lm
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "data" / "voice"
 LM_FILE, CODEBOOK_FILE, DECODER_FILE = "lm.safetensors", "codebooks.safetensors", \
     "decoder.safetensors"
+WEIGHTS_FORMAT = "lab-lm-1"
 
 
 def weights_dir(model: str) -> Path:
@@ -36,8 +37,6 @@ def teacher_voice(model: str) -> str:
     without the voice's package)."""
     folder = weights_dir(model) / "voice"
     return str(folder) if folder.is_dir() else "default"
-
-WEIGHTS_FORMAT = "lab-lm-1"
 
 
 def lm_config_from_dict(d: dict) -> LMConfig:

@@ -279,7 +279,7 @@ class StreamingDecoder:
         if s.chunks == 0 and (w.first or w.wait):
             have = w.ready
             return _Job(sid, 0, 0, have, 0, w.first or w.hop, False) if n >= have else None
-        take, right = self._take(s, n - done - w.right, now), w.right
+        take, right = self._take(s, self._ready(s), now), w.right
         if take is None:
             if not (self._rushable(s) and s.lead(now, self.frame_s) <= w.rush_s):
                 return None
@@ -287,11 +287,15 @@ class StreamingDecoder:
         start, stop = max(0, done - w.left), done + take + right
         return _Job(sid, s.chunks, start, stop, done, done + take, False)
 
+    def _ready(self, s: _Stream) -> int:
+        """Frames not yet emitted that have their full right context."""
+        return s.n_frames - s.emitted - self.window.right
+
     def _rushable(self, s: _Stream) -> bool:
         """Whether the stream, past its first chunk, holds `hop` frames with one frame of
         right context fewer than the window's, and not with all of it (`StreamWindow.rush_s`)."""
         w = self.window
-        return bool(w.rush_s and s.chunks) and s.n_frames - s.emitted - w.right == w.hop - 1
+        return bool(w.rush_s and s.chunks) and self._ready(s) == w.hop - 1
 
     def _take(self, s: _Stream, ready: int, now: float) -> int | None:
         """Frames the stream's next chunk emits, of the `ready` ones that have their right
@@ -346,7 +350,7 @@ class StreamingDecoder:
         """The lead at which a stream that emitted nothing should be looked at again, though
         no frame comes: the guard, if it holds a chunk's worth of frames it chose not to emit
         yet; the rush lead, if it holds a rushed chunk's; else None (it waits for frames)."""
-        if s.n_frames - s.emitted - self.window.right >= self.window.hop:
+        if self._ready(s) >= self.window.hop:
             return self.window.guard_s
         return self.window.rush_s if self._rushable(s) else None
 
