@@ -102,6 +102,9 @@ class PointSummary:
     codec_lag_ms: float | None = None
     """The codec windows' mean time from launch to their audio being handed out, over the
     point: on a GPU's side stream, the codec work no round shows (`lab.bench.host_work`)."""
+    full: tuple[float, float, float, float] | None = None
+    """Where the server was full (`full_rates`): from when, for how long, and requests a
+    second that arrived and that it finished meanwhile, its ceiling (`ceiling_lines`)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -130,6 +133,38 @@ def middle_half(records: Sequence[RequestRecord]) -> tuple[float | None, list[Re
     if stop <= start:
         return None, []
     return in_flight(records, start, stop), [r for r in records if start <= r.due_s <= stop]
+
+
+QUEUED_MS = 50.0
+"""A slot wait from this long (the server's `Server-Timing` `queue`): the request arrived to a
+full server, not to a free slot."""
+
+FULL_MIN_S = 5.0
+"""A full stretch shorter than this is a burst's queue, too short to read a rate from."""
+
+
+def found_full(record: RequestRecord) -> bool:
+    """The request arrived to a full server: it was refused (429) or waited `QUEUED_MS` for a
+    slot."""
+    waited = record.server_ms is not None and record.server_ms.get("queue", 0.0) >= QUEUED_MS
+    return waited or record.error == "http_429"
+
+
+def full_rates(records: Sequence[RequestRecord]) -> tuple[float, float, float, float] | None:
+    """From the first arrival that found the server full (`found_full`) to the last: when it
+    began, how long it lasted, and requests a second that arrived and that finished with their
+    audio over it. A full server finishes what its slots carry, whatever arrives, so that is
+    its ceiling for the point's texts (the whole point's `requests_per_s` is diluted by its
+    ramp and drain, and a point whose streams are still building up finishes fewer than
+    arrive without being full). None when no stretch of `FULL_MIN_S` was full."""
+    full = [r.due_s for r in records if found_full(r)]
+    if not full or max(full) - min(full) < FULL_MIN_S:
+        return None
+    start, stop = min(full), max(full)
+    arrived = sum(start <= r.due_s < stop for r in records)
+    served = sum(r.error is None and start <= r.due_s + r.latency_s < stop for r in records)
+    span = stop - start
+    return round(start, 2), round(span, 2), round(arrived / span, 2), round(served / span, 2)
 
 
 @dataclass(frozen=True)
@@ -245,7 +280,8 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
         audio_s_per_s=round(sum(r.audio_s for r in ok) * per_s, 3),
         lag_p99_ms=_ms([r.lag_s for r in records], 99), wall_s=round(wall_s, 2),
         errors=dict(Counter(r.error for r in records if r.error is not None)),
-        step_p50_ms=median([r.step_ms for r in ok if r.step_ms is not None]))
+        step_p50_ms=median([r.step_ms for r in ok if r.step_ms is not None]),
+        full=full_rates(records))
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -373,6 +409,30 @@ def host_lines(rows: Sequence[PointSummary]) -> list[str]:
                 "would not."]
 
 
+def at_ceiling(row: PointSummary) -> bool:
+    """An open-loop point that kept its server full for a while (`full_rates`) and finished
+    fewer requests a second than arrived meanwhile: its backlog grew. One that finished as many
+    was full only in bursts, and its ceiling lies higher than what it finished."""
+    return row.full is not None and "open" in row.shape and row.full[3] < row.full[2]
+
+
+def ceiling_lines(rows: Sequence[PointSummary]) -> list[str]:
+    """A remark under the table for open-loop points that ran at their server's ceiling: what
+    it finished a second there, against what arrived, is the rate a user can plan under;
+    nothing where every point kept up."""
+    over = [r for r in rows if at_ceiling(r)]
+    if not over:
+        return []
+    points = "; ".join(
+        f"at {load_words(r.shape, r.load)}, for {span:.1f} s from {start:.1f} s it finished "
+        f"{served:.1f} a second while {arrived:.1f} arrived"
+        for r in over for start, span, arrived, served in [r.full])
+    return ["", "Full, the server finished what its slots carry, its ceiling for these texts "
+                f"(requests waited for a slot or were refused): {points}. Arrivals at or above "
+                "that rate leave any burst's backlog in place for as long as they go on, so "
+                "plan for a rate below it, with room for bursts."]
+
+
 def capacity_lines(rows: Sequence[dict]) -> list[str]:
     """`capacity` as a report's lines under its table; nothing without rows."""
     if not rows:
@@ -460,7 +520,7 @@ def write_markdown(path: Path, result: dict) -> None:
              f"- Model `{meta.get('model') or '(the server default)'}`, voice "
              f"`{meta.get('voice')}`, format {meta.get('format')}",
              "", markdown_table(table_rows(rows)), *capacity_lines(table_rows(rows)),
-             *lag_lines(rows), *host_lines(rows), "",
+             *lag_lines(rows), *ceiling_lines(rows), *host_lines(rows), "",
              "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     path.write_text("\n".join(lines) + "\n")

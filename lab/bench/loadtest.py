@@ -46,6 +46,7 @@ from lab.bench.load_report import (
     PointSummary,
     RequestRecord,
     capacity_lines,
+    ceiling_lines,
     host_lines,
     lag_lines,
     result_of,
@@ -428,7 +429,7 @@ def run(args: argparse.Namespace) -> int:
     write_markdown(paths["md"], saved)
     print(markdown_table(table_rows(result.rows)))
     print("\n".join(capacity_lines(table_rows(result.rows)) + lag_lines(result.rows)
-                    + host_lines(result.rows)))
+                    + ceiling_lines(result.rows) + host_lines(result.rows)))
     split = ttfa_parts(result.records)
     if split:
         print(f"\nTime to first audio by the server's Server-Timing: {TTFA_PARTS}")

@@ -22,8 +22,10 @@ from lab.bench.arrivals import closed_loop, open_loop, poisson_arrivals
 from lab.bench.load_report import (
     RequestRecord,
     capacity,
+    ceiling_lines,
     dry_streams,
     figure,
+    full_rates,
     host_lines,
     lag_lines,
     over_time,
@@ -347,6 +349,44 @@ def test_the_host_remark_names_the_points_whose_serving_thread_set_the_pace():
     lines = host_lines(point(8, 0.5, 4.0) + point(16, 0.85) + point(32, 0.93, 8.42))
     assert "at 16/s (85%), 32/s (93%, 8.4 ms rounds)" in lines[-1]
     assert "8/s" not in lines[-1] and "faster GPU" in lines[-1]
+
+
+def full_point(queue_ms: float = 100.0, refused: tuple[float, float] = (4.0, 5.0)):
+    """100 arrivals 0.1 s apart, 1 s each; those due from 2 to 8 s wait `queue_ms` for a slot
+    and those due within `refused` are turned away (429)."""
+    def one(i: int) -> RequestRecord:
+        due = i / 10
+        queued = 2.0 <= due <= 8.0
+        error = "http_429" if refused[0] <= due < refused[1] else None
+        return replace(record(0.1, 0.2, error), shape="open", load=10.0, due_s=due,
+                       latency_s=1.0, server_ms={"queue": queue_ms if queued else 0.0})
+    return [one(i) for i in range(100)]
+
+
+def test_full_rates_read_what_a_full_server_finished_while_it_was_full():
+    start, span, arrived, served = full_rates(full_point())
+    # full from the first arrival that found it so (2.0 s, a slot wait) to the last (8.0 s);
+    # 60 arrived in those 6 s, 50 of them finished there (those due 1-7 s but the 10 refused)
+    assert (start, span) == (2.0, 6.0)
+    assert arrived == pytest.approx(10.0) and served == pytest.approx(50 / 6, abs=0.01)
+
+
+def test_full_rates_need_a_full_stretch_of_some_seconds():
+    assert full_rates(full_point(queue_ms=10.0, refused=(0.0, 0.0))) is None  # never full
+    short = full_point(queue_ms=10.0, refused=(3.0, 7.0))  # refused only, over 3.9 s
+    assert full_rates(short) is None
+    refused = full_point(queue_ms=10.0, refused=(2.0, 8.0))  # a server without Server-Timing
+    assert full_rates(refused)[:2] == (2.0, 5.9)
+
+
+def test_the_ceiling_remark_names_the_points_whose_backlog_grew():
+    full = summarize(full_point(), "open", 10.0, wall_s=11.0)
+    kept_up = summarize(full_point(refused=(0.0, 0.0)), "open", 12.0, wall_s=11.0)
+    assert kept_up.full is not None and kept_up.full[3] >= kept_up.full[2]
+    lines = ceiling_lines([kept_up, full])
+    assert "at 10/s, for 6.0 s from 2.0 s it finished 8.3 a second while 10.0 arrived" in lines[-1]
+    assert "12/s" not in lines[-1]
+    assert ceiling_lines([kept_up]) == []
 
 
 # --- a point spread over processes ------------------------------------------------------
