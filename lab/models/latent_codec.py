@@ -12,6 +12,7 @@ frame: `frame_samples = group_frames * 256` samples, `levels` codes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,11 +155,12 @@ class LatentCodec:
                          "The voice codec's", self.fallbacks,
                          compiled=self._decode) if cuda_graphs else None)
 
-    def capture(self, max_frames: int) -> None:
-        """Capture the decode of 1 to `max_frames` frames at every batch bucket now (when CUDA
-        graphs are on), so no stream pays for a capture; a failure lands in `fallbacks`."""
+    def capture(self, max_frames: int, common: Collection[int] | None = None) -> None:
+        """Capture the decode of 1 to `max_frames` frames now (when CUDA graphs are on), those
+        in `common` (every one when None) at every batch bucket and the rest at the smallest,
+        so no stream pays for a capture; a failure lands in `fallbacks`."""
         if self.graphs is not None:
-            self.graphs.capture_windows(max_frames, self.fallbacks)
+            self.graphs.capture_windows(max_frames, self.fallbacks, common)
 
     @torch.inference_mode()
     def encode(self, latents: torch.Tensor) -> torch.Tensor:

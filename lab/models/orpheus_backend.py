@@ -110,7 +110,7 @@ def build_tts(cfg: PipelineConfig, device: torch.device, *, n_slots: int | None 
                           AudioTokenConstraint(layout))
     fmt = OrpheusFormat(tokenizer, layout)
     tts = TokenTTS(engine, codec, fmt, **tts_options(cfg))
-    codec.capture(tts.decoder.window.frames)
+    codec.capture(tts.decoder.window.frames, tts.decoder.window.lengths)
     if cfg.prefix_cache:
         with stage(f"prefilling the prefixes of {len(VOICES)} voices"):
             for voice in VOICES:

@@ -9,6 +9,7 @@ It streams through `lab.stream.codec_stream`, in windows of frames.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import torch
@@ -146,11 +147,12 @@ class SnacCodec:
                          self.fallbacks,
                          compiled=self._decode) if cuda_graphs else None)
 
-    def capture(self, max_frames: int) -> None:
-        """Capture the decode of 1 to `max_frames` frames at every batch bucket now (when CUDA
-        graphs are on), so no stream pays for a capture; a failure lands in `fallbacks`."""
+    def capture(self, max_frames: int, common: Collection[int] | None = None) -> None:
+        """Capture the decode of 1 to `max_frames` frames now (when CUDA graphs are on), those
+        in `common` (every one when None) at every batch bucket and the rest at the smallest,
+        so no stream pays for a capture; a failure lands in `fallbacks`."""
         if self.graphs is not None:
-            self.graphs.capture_windows(max_frames, self.fallbacks)
+            self.graphs.capture_windows(max_frames, self.fallbacks, common)
 
     @classmethod
     def from_source(cls, source: str, **kwargs) -> SnacCodec:

@@ -133,7 +133,7 @@ def build_tts(cfg: PipelineConfig, device: torch.device, voice: PiperVoice
     room = min(cfg.sampling.max_tokens + CACHE_ROOM, lm_cfg.max_seq_len)
     engine = start_engine(lm, engine_config(cfg, max_len=room), PhonemeAlignedConstraint(layout))
     tts = TokenTTS(engine, codec, VoiceFormat(layout), **tts_options(cfg))
-    codec.capture(tts.decoder.window.frames)
+    codec.capture(tts.decoder.window.frames, tts.decoder.window.lengths)
     return tts, report
 
 

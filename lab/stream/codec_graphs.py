@@ -9,7 +9,11 @@ real time. A captured decode costs one graph launch.
 
 Shapes are fixed per graph: the batch is padded up to a bucket (padded rows decode code 0 and
 are dropped), and each window length a stream can ask for (1 to `window.frames` frames) has its
-graphs. Batches beyond the largest bucket run uncaptured.
+graphs. Batches beyond the largest bucket run uncaptured. Most of those lengths only a stream
+shorter than the longest window asks for, once, at its end (`StreamWindow.lengths` names the
+others); they are captured at the smallest bucket alone, and a batch of one of them replays
+that graph in pieces. With the Orpheus GPU preset's window that is 5 lengths at every bucket
+and 6 at one, against 11 at every bucket.
 
 A compiled decode is traced with dynamic sizes, but the compiler still specialises a size of 1:
 batch 1, and windows of one frame, each compiled it once more (on a CPU, five compiles of the
@@ -24,7 +28,7 @@ convolutions for each new shape, about a second a (bucket, window) pair (`docs/e
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import torch
 
@@ -72,6 +76,7 @@ class CodecGraphs:
         self.failure: str | None = None
         self._inputs: dict[int, torch.Tensor] = {}
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._rare: set[int] = set()  # window lengths captured at the smallest bucket only
         self._pool = torch.cuda.graph_pool_handle()
 
     @property
@@ -86,13 +91,20 @@ class CodecGraphs:
                 if self.failure is None:
                     self._graph(bucket, frames)
 
-    def capture_windows(self, max_frames: int, fallbacks: list[str]) -> None:
-        """Capture windows of 1 to `max_frames` frames at every bucket; a failure lands in
-        the codec's `fallbacks` once."""
-        with stage(f"capturing the codec's window decode: {len(self.buckets)} batch sizes "
-                   f"per window length"):
-            for frames in counted(range(1, max_frames + 1), lambda f: f"{f} frame(s)"):
-                self.capture([frames])
+    def capture_windows(self, max_frames: int, fallbacks: list[str],
+                        common: Collection[int] | None = None) -> None:
+        """Capture windows of 1 to `max_frames` frames: those in `common` (every one when
+        None) at every bucket, the rest at the smallest only; a failure lands in the codec's
+        `fallbacks` once."""
+        lengths = range(1, max_frames + 1)
+        self._rare = set() if common is None else set(lengths) - set(common)
+        with stage(f"capturing the codec's window decode: {len(self.buckets)} batch sizes for "
+                   f"{max_frames - len(self._rare)} window lengths, 1 for {len(self._rare)}"):
+            for frames in counted(lengths, lambda f: f"{f} frame(s)"):
+                if frames in self._rare:
+                    self._graph(self.buckets[0], frames)
+                else:
+                    self.capture([frames])
         if self.failure and self.failure not in fallbacks:
             fallbacks.append(self.failure)
 
@@ -101,6 +113,8 @@ class CodecGraphs:
         b, f = frames.shape[:2]
         if b > self.buckets[-1] or self.failure is not None:
             return self.decode(frames)
+        if f in self._rare and b > self.buckets[0]:
+            return torch.cat([self(piece) for piece in frames.split(self.buckets[0])])
         bucket = smallest_bucket(self.buckets, b, "batch")
         entry = self._graph(bucket, f)
         if entry is None:

@@ -132,6 +132,21 @@ class StreamWindow:
         """The longest window a chunk decodes."""
         return self.left + self.hops[-1] + self.right
 
+    @functools.cached_property
+    def lengths(self) -> frozenset[int]:
+        """Every window length (frames decoded at once) a stream of at least `frames` frames
+        asks for: its first chunk's, then its left context (all of it, or what the frames
+        emitted so far give) plus a chunk size plus its right context (one frame fewer when
+        rushed), and `frames` for its last. A shorter stream also ends on a window of its own
+        length, so a codec that prepares its decode per length (CUDA graphs, each batch size
+        about a second of cuDNN planning on a GPU) prepares these few at every batch size and
+        the others at one."""
+        opener = self.ready if self.first or self.wait else self.hop + self.right
+        contexts = range(min(self.first or self.hop, self.left), self.left + 1)
+        steady = {c + h + self.right for c in contexts for h in self.hops}
+        rushed = {c + self.hop + self.right - 1 for c in contexts} if self.rush_s else set()
+        return frozenset({opener, self.frames, *steady, *rushed})
+
 
 
 

@@ -467,3 +467,82 @@ def test_a_compiled_snac_captures_from_batch_two_with_one_frame_windows_uncompil
     graphed = SnacCodec(build_snac(SMALL, seed=3), noise=False, device="cuda",
                         compile_mode="default", cuda_graphs=True, max_batch=4)
     check_compiled_capture(graphed, eager, codes)
+
+
+class Observed:
+    """The real codec, noting the window length of every decode it is asked for."""
+
+    def __init__(self, codec: SnacCodec) -> None:
+        self.codec, self.lengths = codec, set()
+
+    def __getattr__(self, name: str):
+        return getattr(self.codec, name)
+
+    def decode(self, frames: torch.Tensor) -> torch.Tensor:
+        self.lengths.add(frames.shape[1])
+        return self.codec.decode(frames)
+
+
+def window_lengths_asked(codec, window: StreamWindow, sizes: list[int], seed: int) -> set[int]:
+    """The window lengths a decoder asks its codec for while streams of `sizes` frames
+    arrive at random moments, their frames at random paces (some slower than playback, so
+    chunks grow, wait and rush), each closed after its last frame."""
+    gen = torch.Generator().manual_seed(seed)
+    observed, clock = Observed(codec), Clock()
+    decoder = StreamingDecoder(observed, window, clock=clock)
+    starts = (torch.rand(len(sizes), generator=gen) * 0.5).tolist()
+    paces = (0.02 + 0.1 * torch.rand(len(sizes), generator=gen)).tolist()
+    pushed = [0] * len(sizes)
+    while any(p < n for p, n in zip(pushed, sizes, strict=True)) or decoder.busy:
+        clock.now += 0.01
+        for i, n in enumerate(sizes):
+            due = min(n, int(max(0.0, clock.now - starts[i]) / paces[i]))
+            if pushed[i] == 0 and due:
+                decoder.open(f"s{i}")
+            if due > pushed[i]:
+                decoder.push(f"s{i}", codes(1, due - pushed[i], seed=seed + i)[0])
+                pushed[i] = due
+                if due == n:
+                    decoder.close(f"s{i}")
+        decoder.decode_due()
+    return observed.lengths
+
+
+@pytest.mark.parametrize("window", [
+    StreamWindow(hop=1, left=1, right=2, max_hop=8, first=3, rush_s=0.06),
+    StreamWindow(hop=1, left=2, right=2, max_hop=8, guard_s=0.1),
+    StreamWindow(hop=2, left=3, right=1, max_hop=4, wait=2),
+    StreamWindow(),
+], ids=["orpheus-gpu-rushed", "grown", "waited", "reference"])
+def test_the_window_names_every_length_a_long_stream_decodes(codec, window):
+    """A server prepares these lengths at every batch size and the rest at one: if a stream
+    of at least the longest window's frames asked for another, a full batch of them would
+    decode in pieces. The streams here arrive at random, at paces either side of real time."""
+    sizes = [window.frames + k for k in (0, 3, 9, 17, 30, 41)]
+    asked = set().union(*(window_lengths_asked(codec, window, sizes, seed) for seed in (1, 2)))
+    assert asked <= window.lengths
+    assert window.frames in asked and len(asked) >= len(window.lengths) - 2
+
+
+def test_a_short_stream_ends_on_a_window_of_its_own_length(codec):
+    window = StreamWindow(hop=1, left=1, right=2, max_hop=8, first=3)
+    asked = window_lengths_asked(codec, window, [2, 6], seed=3)
+    assert {2, 6} <= asked and not {2, 6} <= window.lengths
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_a_rare_window_length_is_captured_once_and_replayed_in_pieces():
+    """Lengths outside the common ones (only short streams end on them) are captured at the
+    smallest bucket alone; a batch of one replays that graph in pieces, capturing nothing new,
+    and gives what the uncaptured codec gives."""
+    eager = SnacCodec(build_snac(SMALL, seed=3), noise=False, device="cuda")
+    graphed = SnacCodec(build_snac(SMALL, seed=3), noise=False, device="cuda",
+                        cuda_graphs=True, max_batch=8)
+    graphed.capture(3, common={3})
+    captured = [(1, 1), (1, 2), (1, 3), (2, 3), (4, 3), (8, 3)]
+    assert graphed.graphs.captured == captured and not graphed.graphs.failure
+    for b, f in ((5, 2), (8, 1), (1, 2), (6, 3)):
+        frames = codes(b, f, 30 + b)
+        torch.testing.assert_close(graphed.decode(frames), eager.decode(frames),
+                                   atol=1e-3, rtol=1e-3)
+    assert graphed.graphs.captured == captured
