@@ -84,13 +84,6 @@ class CodecGraphs:
         """(batch bucket, frames) pairs captured so far."""
         return sorted(self._graphs)
 
-    def capture(self, frame_counts: Iterable[int]) -> None:
-        """Capture every batch bucket for each window length now, so no stream pays later."""
-        for frames in frame_counts:
-            for bucket in self.buckets:
-                if self.failure is None:
-                    self._graph(bucket, frames)
-
     def capture_windows(self, max_frames: int, fallbacks: list[str],
                         common: Collection[int] | None = None) -> None:
         """Capture windows of 1 to `max_frames` frames: those in `common` (every one when
@@ -101,10 +94,9 @@ class CodecGraphs:
         with stage(f"capturing the codec's window decode: {len(self.buckets)} batch sizes for "
                    f"{max_frames - len(self._rare)} window lengths, 1 for {len(self._rare)}"):
             for frames in counted(lengths, lambda f: f"{f} frame(s)"):
-                if frames in self._rare:
-                    self._graph(self.buckets[0], frames)
-                else:
-                    self.capture([frames])
+                for bucket in self.buckets[:1] if frames in self._rare else self.buckets:
+                    if self.failure is None:
+                        self._graph(bucket, frames)
         if self.failure and self.failure not in fallbacks:
             fallbacks.append(self.failure)
 
