@@ -413,7 +413,10 @@ def at_ceiling(row: PointSummary) -> bool:
     """An open-loop point that kept its server full for a while (`full_rates`) and finished
     fewer requests a second than arrived meanwhile: its backlog grew. One that finished as many
     was full only in bursts, and its ceiling lies higher than what it finished."""
-    return row.full is not None and "open" in row.shape and row.full[3] < row.full[2]
+    if row.full is None or "open" not in row.shape:
+        return False
+    _, _, arrived, served = row.full
+    return served < arrived
 
 
 def ceiling_lines(rows: Sequence[PointSummary]) -> list[str]:
