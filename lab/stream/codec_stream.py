@@ -148,8 +148,6 @@ class StreamWindow:
         return frozenset({opener, self.frames, *steady, *rushed})
 
 
-
-
 @dataclass
 class AudioChunk:
     """One stream's next piece of audio; `final` marks its last."""
