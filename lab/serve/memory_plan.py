@@ -51,7 +51,14 @@ memory is not what runs out first. A few keep the voice near real time on a CPU.
 MAX_SLOTS = int(LIMITS["batch_size"][1])
 """Ceiling for an autoregressive family on a GPU: the most slots a config's `batch_size`
 takes. A GPU decode step reads the weights once for every row, so rows are nearly free until
-memory runs out; whether they all stay real time is the load test's question."""
+memory runs out; whether they all stay real time is the load test's question. Once a server is
+full they do not: every slot past what its rounds carry in real time lengthens every round,
+and the server finishes fewer requests (on one H200, Orpheus-3B's shape finished the most with
+192 slots of 128-256; docs/serving.md). So a plan that chose the slots itself says so
+(`SIZE_UNDER_LOAD`)."""
+ASKED = "the slots asked for"
+SIZE_UNDER_LOAD = ("a full server with more slots than its rounds carry in real time slows "
+                   "every stream: find how many hold with `lab loadtest` and pass --slots N")
 CARDS: dict[str, int] = {"24 GB": 24564 * 2**20, "40 GB": 40960 * 2**20,
                          "80 GB": 81559 * 2**20, "141 GB": 143771 * 2**20}
 """Cards by the total nvidia-smi reports for one of each class: RTX 4090, A100 40GB, H100 SXM
@@ -112,7 +119,8 @@ class MemoryPlan:
         return "memory" if self.slots < self.ceiling else self.ceiling_reason
 
     def summary(self) -> str:
-        """Two lines for a terminal: the slots, then the bytes that chose them."""
+        """Two lines for a terminal: the slots, then the bytes that chose them; a third when
+        a batched engine on a GPU took every slot its memory holds."""
         each = f" of {self.cache_len} positions" if self.cache_len else ""
         what = ("slot" if self.autoregressive else "stream") + ("s" if self.slots > 1 else "")
         state = " (loaded: weights and cache already in memory)" if self.loaded else ""
@@ -124,7 +132,13 @@ class MemoryPlan:
         return (f"memory plan for {self.family} on {self.device}{state}: {self.slots} {what}"
                 f"{each} (bound by {self.bound})\n  {' + '.join(parts)} = {gib(self.planned)} "
                 f"of the {gib(self.budget)} it may use ({HEADROOM:.0%} of {gib(self.free_bytes)} "
-                f"free {self.memory_kind})")
+                f"free {self.memory_kind})" + self._hint())
+
+    def _hint(self) -> str:
+        """A batched engine on a GPU whose slots nobody chose gets the load test's warning."""
+        chosen = self.loaded or self.ceiling_reason == ASKED
+        gpu_engine = self.autoregressive and self.device.startswith("cuda")
+        return "" if chosen or not gpu_engine else f"\n  {SIZE_UNDER_LOAD}"
 
     def apply(self, cfg: PipelineConfig) -> PipelineConfig:
         """The config to load: an autoregressive family's engine gets the plan's slots as its
@@ -176,7 +190,7 @@ def _ceiling(cfg: PipelineConfig, dev: torch.device, ar: bool, slots: int | None
         if ar and slots > MAX_SLOTS:
             raise MemoryPlanError(f"slots={slots}: an engine holds at most {MAX_SLOTS} slots "
                                   "(the largest batch_size)")
-        return slots, "the slots asked for"
+        return slots, ASKED
     if not ar:
         return INTERLEAVED_STREAMS, "interleaving: n streams get 1/n of the voice's speed each"
     if loaded:

@@ -20,6 +20,7 @@ from lab.serve.memory_plan import (
     FRAGMENTATION,
     INTERLEAVED_STREAMS,
     MAX_SLOTS,
+    SIZE_UNDER_LOAD,
     MemoryPlanError,
     plan_for_card,
     plan_memory,
@@ -141,6 +142,19 @@ def test_the_141_gb_row_takes_the_largest_batch_size():
     plan = plan_for_card(ORPHEUS, CARDS["141 GB"])
     assert plan.slots == MAX_SLOTS == 512 and plan.bound.startswith("the largest batch_size")
     assert plan.planned == _hand_planned(MAX_SLOTS)[3] + plan.codec
+
+
+def test_a_plan_that_chose_a_gpu_engines_slots_says_to_size_them_under_load():
+    """Memory bounds the 80 GB row and the batch_size ceiling the 141 GB row: both picked the
+    slots themselves; slots asked for, a CPU's slots and the voice's streams were chosen."""
+    for plan in (plan_for_card(ORPHEUS, CARDS["80 GB"]), plan_for_card(ORPHEUS, CARDS["141 GB"])):
+        first, _, hint = plan.summary().splitlines()
+        assert f"{plan.slots} slots" in first and hint.strip() == SIZE_UNDER_LOAD
+    chosen = (on_gpu(ORPHEUS, 80, slots=192),
+              plan_memory(ORPHEUS.replace(device="cpu"), free_bytes=64 * GIB, device="cpu"),
+              plan_memory(load_preset("cpu-default"), free_bytes=8 * GIB, device="cpu"))
+    for plan in chosen:
+        assert len(plan.summary().splitlines()) == 2 and "--slots" not in plan.summary()
 
 
 def test_a_server_without_slots_takes_the_plans(serve_pipeline, monkeypatch):
