@@ -120,7 +120,7 @@ class MemoryPlan:
 
     def summary(self) -> str:
         """Two lines for a terminal: the slots, then the bytes that chose them; a third when
-        a batched engine on a GPU took every slot its memory holds."""
+        the plan chose a batched GPU engine's slots itself (`_hint`)."""
         each = f" of {self.cache_len} positions" if self.cache_len else ""
         what = ("slot" if self.autoregressive else "stream") + ("s" if self.slots > 1 else "")
         state = " (loaded: weights and cache already in memory)" if self.loaded else ""
