@@ -58,7 +58,8 @@ and the server finishes fewer requests (on one H200, Orpheus-3B's shape finished
 (`SIZE_UNDER_LOAD`)."""
 ASKED = "the slots asked for"
 SIZE_UNDER_LOAD = ("a full server with more slots than its rounds carry in real time slows "
-                   "every stream: find how many hold with `lab loadtest` and pass --slots N")
+                   "every stream: find how many hold with `lab loadtest` and pass --slots N "
+                   "(docs/serving.md, \"Sizing a GPU server\")")
 CARDS: dict[str, int] = {"24 GB": 24564 * 2**20, "40 GB": 40960 * 2**20,
                          "80 GB": 81559 * 2**20, "141 GB": 143771 * 2**20}
 """Cards by the total nvidia-smi reports for one of each class: RTX 4090, A100 40GB, H100 SXM
