@@ -14,7 +14,10 @@ In one run, on the same sentences (drawn with a seed from the lab's sentence set
 2. `lab serve --preset P --port 0` starts in a child process on 127.0.0.1 with its threads
    pinned, and loads and warms its own pipeline. With `--servers one-process,engine-process`
    a second server follows the first, with `--engine-process` (its pipeline in a process of
-   its own); its rows' shapes start with "engine process".
+   its own); its rows' shapes start with "engine process". With `--slots 128,192,256`, one
+   server per slot count follows another, each in every `--servers` mode, their rows' shapes
+   starting with their slots ("192 slots open"): the same arrivals against each size on one
+   machine, so the report's "Full" remark shows which finishes the most once full.
 3. `lab loadtest`'s client (`lab.bench.loadtest`) runs the closed-loop sweep (N streams in
    flight), then the open-loop Poisson sweep (arrivals at a rate, never waiting).
 4. The server is stopped with SIGTERM, which drains the requests in flight.
@@ -56,6 +59,7 @@ from lab.bench.load_report import (
     PointSummary,
     RequestRecord,
     capacity_lines,
+    ceiling_lines,
     dry_lines,
     summarize,
     table_rows,
@@ -205,6 +209,11 @@ def _server_line(meta: dict, server: dict) -> str:
     """The server's shape, or that a partial run stopped before it started."""
     if server.get("slots") is None:
         return "- Server: not started; the run stopped before it (in-process rows only)"
+    sweep = meta.get("slots") or []
+    if len(sweep) > 1:
+        return (f"- Servers: one per slot count, in turn ({', '.join(map(str, sweep))}), each "
+                f"row named for its server's; queue {server.get('queue')}, model "
+                f"`{meta.get('model')}`, format {meta.get('format')}")
     where = ("; the 'engine process' rows from a server whose pipeline runs in a process of "
              "its own (`lab serve --engine-process`), after the other's"
              if "engine-process" in meta.get("servers", []) else "")
@@ -222,10 +231,18 @@ def write(result: dict, out: Path, stem: str) -> None:
     write_json(result, out, stem)
     records = [RequestRecord(**r) for r in result.get("requests", [])]
     parts = [f"# Serving under load ({result['meta'].get('device', '')})", *header(result), "",
-             markdown_table(result["table"]), *capacity_lines(result["table"]), "",
+             markdown_table(result["table"]), *capacity_lines(result["table"]),
+             *_ceiling(result["rows"]), "",
              "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
+
+
+def _ceiling(rows: list[dict]) -> list[str]:
+    """The "Full" remark (`ceiling_lines`); none for a file from before rows kept `full`."""
+    if not rows or any("full" not in r for r in rows):
+        return []
+    return ceiling_lines([PointSummary(**r) for r in rows])
 
 
 SERVERS = {"one-process": "", "engine-process": "engine process "}
@@ -233,10 +250,10 @@ SERVERS = {"one-process": "", "engine-process": "engine process "}
 
 
 def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], None]) -> dict:
-    """Status quo, then the served sweeps (one server per `--servers` mode, in turn), on the
-    same sentences; the report's content. A partial report is handed to `save` after the
-    status quo and after each served point, so a run stopped midway (a time limit on a lent
-    GPU) keeps what it measured."""
+    """Status quo, then the served sweeps (one server per `--servers` mode and `--slots`
+    count, in turn), on the same sentences; the report's content. A partial report is handed
+    to `save` after the status quo and after each served point, so a run stopped midway (a
+    time limit on a lent GPU) keeps what it measured."""
     cfg = load_preset(args.preset, **parse_overrides(args.set))
     check_static(cfg, args.static_rates)
     hand_over_lock(args.switch_interval)
@@ -248,10 +265,12 @@ def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], Non
     save(draft(LoadResult(None, rows, records, []), {}, PARTIAL))
     target, ready = None, {}
     for mode in args.servers:
-        before = LoadResult(None, rows, records, [])
-        target, ready, served = served_sweep(args, plan, threads, mode, functools.partial(
-            _save_partial, save, draft, before))
-        rows, records = [*rows, *served.rows], [*records, *served.records]
+        for slots in args.slots or (None,):
+            before = LoadResult(None, rows, records, [])
+            target, ready, served = served_sweep(args, plan, threads, mode, slots,
+                                                 functools.partial(_save_partial, save, draft,
+                                                                   before))
+            rows, records = [*rows, *served.rows], [*records, *served.records]
     return draft(LoadResult(target, rows, records, []), ready, None)
 
 
@@ -263,24 +282,30 @@ def _save_partial(save: Callable[[dict], None], draft: Callable[..., dict], befo
 
 
 def served_sweep(args: argparse.Namespace, plan: LoadPlan, threads: int, mode: str,
-                 on_point: Callable[[LoadResult, dict], None]
+                 slots: int | None, on_point: Callable[[LoadResult, dict], None]
                  ) -> tuple[SpeechTarget, dict, LoadResult]:
-    """`lab serve` in `mode` under the plan's points: its target, its /ready answer, and its
-    rows (with the server's serving thread's host work, from /metrics) and requests, their
-    shapes prefixed with the mode's (`SERVERS`)."""
-    server = serve(args.preset, args.set, threads, args.slots, args.queue, args.switch_interval,
+    """`lab serve` in `mode` with `slots` under the plan's points: its target, its /ready
+    answer, and its rows (with the server's serving thread's host work, from /metrics) and
+    requests, their shapes prefixed with the mode's (`SERVERS`) and, in a sweep over slot
+    counts, with its slots."""
+    server = serve(args.preset, args.set, threads, slots, args.queue, args.switch_interval,
                    mode == "engine-process")
+    prefix = SERVERS[mode] + (_slots_words(slots) + " " if len(args.slots) > 1 else "")
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         target = SpeechTarget(f"{server.url}/v1/audio/speech", "", ready["voices"][0], args.format,
                               ready.get("sample_rate", 22050), args.timeout)
         loaded = asyncio.run(run_load(
-            target, plan, lambda done: on_point(_prefixed(done, SERVERS[mode]), ready)))
+            target, plan, lambda done: on_point(_prefixed(done, prefix), ready)))
     finally:
         server.stop(timeout_s=60)
     if loaded.unmeasured:
         raise RuntimeError(loaded.unmeasured)
-    return loaded.target, ready, _prefixed(loaded, SERVERS[mode])
+    return loaded.target, ready, _prefixed(loaded, prefix)
+
+
+def _slots_words(slots: int) -> str:
+    return f"{slots} slot" + ("s" if slots != 1 else "")
 
 
 def _prefixed(result: LoadResult, prefix: str) -> LoadResult:
@@ -297,7 +322,7 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
     meta = run_meta(command=args.command, preset=args.preset,
                     overrides=" ".join(args.set), threads=threads,
                     switch_interval_ms=args.switch_interval,
-                    servers=list(args.servers),
+                    servers=list(args.servers), slots=list(args.slots),
                     weights=f"{cfg.weights} ({cfg.family}:{cfg.model})",
                     **target, plan=asdict(plan))
     return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
@@ -318,6 +343,15 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
 
 def _rates(text: str) -> tuple[float, ...]:
     return tuple(float(r) for r in text.split(",") if r)
+
+
+def _slot_counts(text: str) -> tuple[int, ...]:
+    parts = [n.strip() for n in text.split(",")]
+    counts = tuple(int(n) for n in parts if n.isdigit())
+    if len(counts) != len(parts) or 0 in counts or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct slot counts of 1 or more, "
+                                         "e.g. 192 or 128,192,256")
+    return counts
 
 
 def _servers(text: str) -> tuple[str, ...]:
@@ -354,7 +388,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "--processes`): one falls behind past a few hundred streams")
     parser.add_argument("--format", default="pcm", choices=("pcm", "wav", "sse"))
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--slots", type=int, default=None, help="the server's (default: its own)")
+    parser.add_argument("--slots", type=_slot_counts, default=(),
+                        help="the server's slots (default: its memory plan's); several, e.g. "
+                             "128,192,256, start one server per count in turn")
     parser.add_argument("--queue", type=int, default=16)
     parser.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_MS,
                         metavar="MS", help="how long a thread may keep Python's lock while "

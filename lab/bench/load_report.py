@@ -422,12 +422,15 @@ def at_ceiling(row: PointSummary) -> bool:
 def ceiling_lines(rows: Sequence[PointSummary]) -> list[str]:
     """A remark under the table for open-loop points that ran at their server's ceiling: what
     it finished a second there, against what arrived, is the rate a user can plan under;
-    nothing where every point kept up."""
+    nothing where every point kept up. Each point names its shape where several servers'
+    rows ran full (a sweep over slot counts)."""
     over = [r for r in rows if at_ceiling(r)]
     if not over:
         return []
+    named = len({r.shape for r in over}) > 1  # several servers' rows: say whose point it was
     points = "; ".join(
-        f"at {load_words(r.shape, r.load)}, for {span:.1f} s from {start:.1f} s it finished "
+        f"{r.shape + ' ' if named else ''}at {load_words(r.shape, r.load)}, for {span:.1f} s "
+        f"from {start:.1f} s it finished "
         f"{served:.1f} a second while {arrived:.1f} arrived"
         for r in over for start, span, arrived, served in [r.full])
     return ["", "Full, the server finished what its slots carry, its ceiling for these texts "

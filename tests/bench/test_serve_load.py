@@ -91,6 +91,31 @@ def test_a_second_server_holds_its_pipeline_in_a_process_of_its_own(serve_load, 
     assert "`lab serve --engine-process`" in "\n".join(serve_load.header(final))
 
 
+def test_one_server_per_slot_count_takes_the_same_arrivals(serve_load, tmp_path):
+    """`--slots 1,2`: a server of each size in turn under the same Poisson arrivals, its rows
+    named for its slots. One slot and a queue of 2 cannot carry 8 arrivals a second of the
+    default voice on a CPU (about 0.2-0.4 s a sentence), so that server is full and the
+    report says what it finished."""
+    import json
+
+    serve_load.main(["--preset", "cpu-default", "--concurrency", "", "--rates", "8",
+                     "--requests", "48", "--duration", "6", "--threads", "2", "--queue", "2",
+                     "--slots", "1,2", "--out", str(tmp_path), "--stem", "s"])
+    final = json.loads((tmp_path / "s.json").read_text())
+    alone, one, two = final["rows"]
+    assert [r["shape"] for r in (alone, one, two)] == ["in-process", "1 slot open",
+                                                       "2 slots open"]
+    assert one["requests"] == two["requests"] > 0 and one["ok"] > 0 and two["ok"] > 0
+    assert one["full"] is not None and one["full"][3] < one["full"][2]  # finished < arrived
+    assert final["meta"]["slots"] == [1, 2] and final["server"]["slots"] == 2
+    assert "- Servers: one per slot count, in turn (1, 2)" in "\n".join(serve_load.header(final))
+    report = (tmp_path / "s.md").read_text()
+    assert "Full, the server finished" in report and "1 slot open at 8/s, for" in report
+    for bad in ("0", "1,1", "two", "2,,3"):
+        with pytest.raises(SystemExit):
+            serve_load.parse_args(["--slots", bad])
+
+
 def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_load, monkeypatch):
     """The status quo before continuous batching: the preset rebuilt with static batching,
     under the same Poisson arrivals, its rows and requests marked as such."""
