@@ -430,13 +430,19 @@ def ceiling_lines(rows: Sequence[PointSummary]) -> list[str]:
     named = len({r.shape for r in over}) > 1  # several servers' rows: say whose point it was
     points = "; ".join(
         f"{r.shape + ' ' if named else ''}at {load_words(r.shape, r.load)}, for {span:.1f} s "
-        f"from {start:.1f} s it finished "
-        f"{served:.1f} a second while {arrived:.1f} arrived"
+        f"from {start:.1f} s it finished {_finished_words(served, arrived)} arrived"
         for r in over for start, span, arrived, served in [r.full])
     return ["", "Full, the server finished what its slots carry, its ceiling for these texts "
                 f"(requests waited for a slot or were refused): {points}. Arrivals at or above "
                 "that rate leave any burst's backlog in place for as long as they go on, so "
                 "plan for a rate below it, with room for bursts."]
+
+
+def _finished_words(served: float, arrived: float) -> str:
+    """'8.3 a second while 10.0', in two decimals where one would show a backlog that grew
+    as none ('1.7 while 1.7')."""
+    digits = 1 if f"{served:.1f}" != f"{arrived:.1f}" else 2
+    return f"{served:.{digits}f} a second while {arrived:.{digits}f}"
 
 
 def capacity_lines(rows: Sequence[dict]) -> list[str]:

@@ -389,6 +389,19 @@ def test_the_ceiling_remark_names_the_points_whose_backlog_grew():
     assert ceiling_lines([kept_up]) == []
 
 
+def test_the_ceiling_remark_names_each_servers_point_and_a_close_backlog_in_two_decimals():
+    """Rows of two servers (a sweep over slot counts) are named; a backlog that grew by less
+    than a tenth of a request a second still reads as one."""
+    one = replace(summarize(full_point(), "1 slot open", 8.0, wall_s=11.0),
+                  full=(1.9, 14.4, 1.72, 1.66))
+    two = summarize(full_point(), "2 slots open", 8.0, wall_s=11.0)
+    (remark,) = ceiling_lines([one, two])[1:]
+    assert "1 slot open at 8/s, for 14.4 s from 1.9 s it finished 1.66 a second while 1.72 " \
+           "arrived" in remark
+    assert "; 2 slots open at 8/s, for 6.0 s" in remark and "8.3 a second while 10.0" in remark
+    assert ceiling_lines([one])[1].count("open") == 0  # one server: no names
+
+
 # --- a point spread over processes ------------------------------------------------------
 
 
