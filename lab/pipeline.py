@@ -86,6 +86,9 @@ class AudioChunk:
     index: int
     elapsed_ms: float
     sample_rate: int
+    admission_ms: float | None = None
+    """Of `elapsed_ms`, the request's wait for its engine to let it in
+    (`RequestMeter.admission_ms`), once known; None for a family without an engine queue."""
 
 
 def drain(stream: Generator[AudioChunk, None, Synthesis]) -> tuple[list[AudioChunk], Synthesis]:
@@ -291,7 +294,8 @@ class Pipeline:
                     if isinstance(piece, Shared):
                         yield piece  # the worker steps the shared engine, then returns
                     elif len(piece):
-                        yield AudioChunk(piece, index, timer.host_ms(), self.sample_rate)
+                        yield AudioChunk(piece, index, timer.host_ms(), self.sample_rate,
+                                         meter.admission_ms)
                         index += 1
             finally:
                 pieces.close()

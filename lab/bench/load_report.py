@@ -45,8 +45,8 @@ class RequestRecord:
     benchmark's own process (an autoregressive family), not over HTTP."""
     server_ms: dict[str, float] | None = None
     """The server's own split of this request's time to first audio, in ms by name, from its
-    `Server-Timing` header (the lab's server: `queue`, `first-audio`, `engine`); None where the
-    server sent none."""
+    `Server-Timing` header (the lab's server: `queue`, `first-audio`, `engine` and, for a family
+    with an engine of its own, `admission`); None where the server sent none."""
 
     tightest_s: float | None = None
     """Seconds after its first audio when its player's buffer was smallest, where `margin_s`
@@ -136,8 +136,9 @@ def middle_half(records: Sequence[RequestRecord]) -> tuple[float | None, list[Re
 
 
 QUEUED_MS = 50.0
-"""A slot wait from this long (the server's `Server-Timing` `queue`): the request arrived to a
-full server, not to a free slot."""
+"""A wait from this long for a server slot or for the engine to let the request in (the
+server's `Server-Timing` `queue` plus `admission`): the request arrived to a full server, not to
+a free slot."""
 
 FULL_MIN_S = 5.0
 """A full stretch shorter than this is a burst's queue, too short to read a rate from."""
@@ -145,8 +146,10 @@ FULL_MIN_S = 5.0
 
 def found_full(record: RequestRecord) -> bool:
     """The request arrived to a full server: it was refused (429) or waited `QUEUED_MS` for a
-    slot."""
-    waited = record.server_ms is not None and record.server_ms.get("queue", 0.0) >= QUEUED_MS
+    slot. A server with more slots than its engine lets in (an engine with an admission gate,
+    or fewer engine slots) fills inside the engine, so that wait counts as well."""
+    parts = record.server_ms or {}
+    waited = parts.get("queue", 0.0) + parts.get("admission", 0.0) >= QUEUED_MS
     return waited or record.error == "http_429"
 
 
@@ -221,8 +224,10 @@ TTFA_PARTS = ("'p50 / p95 / max' ms over the requests that got audio. `queue`: w
               "of the server's slots; `first-audio`: from the slot to the first chunk in the "
               "server's process; `engine`: the pipeline's share of that, from the request "
               "reaching it to its first chunk (in an engine process, the rest is the pipe between "
-              "the two); `outside`: the client's TTFA less `queue` and `first-audio`, spent before "
-              "the server read the request or on the first bytes' way back.")
+              "the two); `admission`: the part of `engine` spent waiting for the engine to let it "
+              "in (a free engine slot and an open admission gate); `outside`: the client's TTFA "
+              "less `queue` and `first-audio`, spent before the server read the request or on the "
+              "first bytes' way back.")
 """What the columns of `ttfa_parts` mean, for every report that prints them."""
 
 
@@ -433,7 +438,8 @@ def ceiling_lines(rows: Sequence[PointSummary]) -> list[str]:
         f"from {start:.1f} s it finished {_finished_words(served, arrived)} arrived"
         for r in over for start, span, arrived, served in [r.full])
     return ["", "Full, the server finished what its slots carry, its ceiling for these texts "
-                f"(requests waited for a slot or were refused): {points}. Arrivals at or above "
+                "(requests waited for a slot, its own or the engine's, or were refused): "
+                f"{points}. Arrivals at or above "
                 "that rate leave any burst's backlog in place for as long as they go on, so "
                 "plan for a rate below it, with room for bursts."]
 

@@ -66,6 +66,7 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     request_id: str = ""
     arrival: float = field(default_factory=time.perf_counter)
+    admitted: float | None = None  # when the scheduler gave it a slot (perf_counter)
     state: State = State.WAITING
     slot: int | None = None
     n_prefilled: int = 0
@@ -101,6 +102,12 @@ class Request:
     def can_launch(self) -> bool:
         """True while another token may be sampled without passing `max_tokens`."""
         return self.n_launched < self.sampling.max_tokens
+
+    @property
+    def admission_wait_s(self) -> float | None:
+        """Seconds from arrival to a slot: how long the engine kept it out (no free slot, or
+        an admission gate shut); None until it has one."""
+        return None if self.admitted is None else self.admitted - self.arrival
 
     @property
     def is_finished(self) -> bool:

@@ -15,6 +15,7 @@ default, admits whoever fits.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -131,6 +132,7 @@ class Scheduler:
 
     def _start(self, request: Request) -> None:
         request.slot = self.slots.allocate()
+        request.admitted = time.perf_counter()
         request.n_prefilled = request.n_cached
         request.state = State.PREFILLING
         self.prefilling.append(request)

@@ -133,6 +133,9 @@ class RequestMeter:
 
     timer: StageTimer
     tokens: int = 0
+    admission_ms: float | None = None
+    """How long its first utterance waited for the engine to let it in (a free slot and an open
+    admission gate), set with its first audio; None for a family without an engine queue."""
 
     @property
     def step_ms(self) -> list[float]:

@@ -243,9 +243,19 @@ class TokenTTS:
             utt.pending.append(chunk)
             if utt.first_audio is None and len(chunk.audio):
                 utt.first_audio = now
+                self._meter_admission(utt)
             if chunk.final:
                 utt.done = now
         return chunks
+
+    def _meter_admission(self, utt: Utterance) -> None:
+        """Charge the request its first utterance's wait for an engine slot, so a server can
+        tell a wait inside the engine from one for its own slots."""
+        request = self.engine.requests.get(utt.request_id)
+        meter = utt.meter
+        if meter is not None and meter.admission_ms is None and request is not None \
+                and request.admission_wait_s is not None:
+            meter.admission_ms = request.admission_wait_s * 1e3
 
     def run(self) -> None:
         while self.has_unfinished():

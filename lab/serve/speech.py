@@ -18,8 +18,10 @@ cancels the job on the worker, and its slot is released.
 The response's `Server-Timing` header splits the time to first audio as the server saw it:
 `queue`, waiting for a slot; `first-audio`, from the slot to the first chunk in this process;
 `engine`, the pipeline's share of that, from the request reaching it to its first chunk (in an
-engine process, the rest is the pipe between the two). What a client measured beyond their sum
-was spent before the server read the request, or on the way back.
+engine process, the rest is the pipe between the two); and for a family with an engine of its
+own, `admission`, the part of `engine` the request waited for that engine to let it in (a free
+engine slot and an open admission gate). What a client measured beyond the first two was spent
+before the server read the request, or on the way back.
 """
 
 from __future__ import annotations
@@ -143,6 +145,8 @@ async def respond(served: Served, body: SpeechRequest, request: Request) -> Resp
     timing = {"queue": (admitted - deadline.start) * 1e3, "first-audio": (now - admitted) * 1e3}
     if isinstance(first, AudioChunk):
         timing["engine"] = first.elapsed_ms
+        if first.admission_ms is not None:
+            timing["admission"] = first.admission_ms
     return SpeechResponse(served, run, slot, first, body, timing)
 
 

@@ -89,7 +89,8 @@ COLUMNS = {
 }
 SPLIT_LABEL = ("Where the time to first audio went, from the server's Server-Timing "
                "('p50 / p95 / max' ms): queue = waiting for a slot, first-audio = slot to "
-               "first chunk, engine = the pipeline's share of that, outside = the rest "
+               "first chunk, engine = the pipeline's share of that, admission = the part of "
+               "engine spent waiting for the engine to let it in, outside = the rest "
                "(network, client)")
 
 

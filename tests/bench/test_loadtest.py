@@ -25,6 +25,7 @@ from lab.bench.load_report import (
     ceiling_lines,
     dry_streams,
     figure,
+    found_full,
     full_rates,
     host_lines,
     lag_lines,
@@ -377,6 +378,17 @@ def test_full_rates_need_a_full_stretch_of_some_seconds():
     assert full_rates(short) is None
     refused = full_point(queue_ms=10.0, refused=(2.0, 8.0))  # a server without Server-Timing
     assert full_rates(refused)[:2] == (2.0, 5.9)
+
+
+def test_a_wait_inside_the_engine_counts_as_a_full_server():
+    """A server with more slots than its engine lets in fills inside the engine: its slot wait
+    stays near zero while the `admission` part grows, and that is read as full too."""
+    inside = [replace(r, server_ms={"queue": 0.0, "admission": r.server_ms["queue"]})
+              for r in full_point()]
+    assert full_rates(inside) == full_rates(full_point())
+    one = record(0.1, 0.2)
+    assert not found_full(replace(one, server_ms={"queue": 30.0, "admission": 10.0}))
+    assert found_full(replace(one, server_ms={"queue": 30.0, "admission": 20.0}))
 
 
 def test_the_ceiling_remark_names_the_points_whose_backlog_grew():

@@ -1,5 +1,7 @@
 """The scheduler's policies: admission, chunked prefill, static batches, stops and aborts."""
 
+import time
+
 import pytest
 
 from lab.engine.request import Request, RequestError, SamplingParams, State
@@ -37,6 +39,19 @@ def test_admission_waits_for_a_free_slot_in_arrival_order():
     s.abort(reqs[0].request_id)
     run_prefill(s)
     assert reqs[2].slot == 0 and reqs[2].state is State.RUNNING
+
+
+def test_a_request_knows_how_long_it_waited_for_its_slot():
+    s = make(n_slots=1)
+    first, second = request(), request()
+    s.add(first)
+    s.add(second)
+    run_prefill(s)
+    assert first.admission_wait_s >= 0 and second.admission_wait_s is None
+    time.sleep(0.05)
+    s.abort(first.request_id)
+    run_prefill(s)
+    assert second.admission_wait_s >= 0.05 > first.admission_wait_s
 
 
 def test_long_prompts_are_written_in_chunks_between_steps():

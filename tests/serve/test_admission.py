@@ -10,8 +10,14 @@ import time
 import httpx
 import pytest
 
+from lab.bench.load_report import QUEUED_MS
 from lab.bench.loadtest import server_timing
+from lab.config import load_preset
+from lab.pipeline import Pipeline
 from tests.serve.conftest import HOLD, metric, running, speech
+
+HELD = "One moment, please."
+"""A sentence the tiny random Orpheus LM speaks for 150 steps (its end token comes late)."""
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +121,26 @@ def test_a_deadline_ends_the_request_with_its_reason(serve_pipeline):
         assert metric(srv.url, "lab_speech_requests_total", {"status": "503"}) == 1
         ok = httpx.post(f"{srv.url}/v1/audio/speech", json=speech(), timeout=60)
         assert ok.status_code == 200
+
+
+def test_a_request_the_engine_kept_out_says_how_long_it_waited_inside_it():
+    """Two server slots over an engine whose round ceiling lets in one stream at a time (every
+    round is longer than 0.001 ms, so it admits only when idle): the second request takes a
+    server slot at once and waits inside the engine until the first one's utterance ends (150
+    steps of the tiny random LM under the preset's seed, about 0.4 s), which its `admission`
+    part shows and its `queue` part cannot. `lab loadtest` counts such a wait as a full server
+    (`lab.bench.load_report.found_full`)."""
+    pipeline = Pipeline(load_preset("orpheus-tiny-cpu", admit_round_ms=0.001))
+    try:
+        with running(pipeline, slots=2, queue=0) as srv:
+            holder = Listener(srv.url, speech(input=HELD, voice="tara"))
+            waiter = httpx.post(f"{srv.url}/v1/audio/speech", json=speech(voice="tara"),
+                                timeout=60)
+            held = server_timing(holder.response.headers["server-timing"])
+            holder.leave()
+    finally:
+        pipeline.close()
+    waited = server_timing(waiter.headers["server-timing"])
+    assert list(waited) == ["queue", "first-audio", "engine", "admission"]
+    assert held["admission"] < 50 and waited["queue"] < 50
+    assert QUEUED_MS <= waited["admission"] < waited["engine"]

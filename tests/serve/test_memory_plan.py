@@ -146,11 +146,14 @@ def test_the_141_gb_row_takes_the_largest_batch_size():
 
 def test_a_plan_that_chose_a_gpu_engines_slots_says_to_size_them_under_load():
     """Memory bounds the 80 GB row and the batch_size ceiling the 141 GB row: both picked the
-    slots themselves; slots asked for, a CPU's slots and the voice's streams were chosen."""
+    slots themselves; slots asked for, an engine paced by a round ceiling, a CPU's slots and the
+    voice's streams need no sizing."""
     for plan in (plan_for_card(ORPHEUS, CARDS["80 GB"]), plan_for_card(ORPHEUS, CARDS["141 GB"])):
         first, _, hint = plan.summary().splitlines()
         assert f"{plan.slots} slots" in first and hint.strip() == SIZE_UNDER_LOAD
-    chosen = (on_gpu(ORPHEUS, 80, slots=192),
+    paced = plan_for_card(ORPHEUS.replace(admit_round_ms=7.0), CARDS["141 GB"])
+    assert paced.paced and paced.slots == plan.slots
+    chosen = (paced, on_gpu(ORPHEUS, 80, slots=192),
               plan_memory(ORPHEUS.replace(device="cpu"), free_bytes=64 * GIB, device="cpu"),
               plan_memory(load_preset("cpu-default"), free_bytes=8 * GIB, device="cpu"))
     for plan in chosen:
