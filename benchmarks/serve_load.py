@@ -17,7 +17,9 @@ In one run, on the same sentences (drawn with a seed from the lab's sentence set
    its own); its rows' shapes start with "engine process". With `--slots 128,192,256`, one
    server per slot count follows another, each in every `--servers` mode, their rows' shapes
    starting with their slots ("192 slots open"): the same arrivals against each size on one
-   machine, so the report's "Full" remark shows which finishes the most once full.
+   machine, so the report's "Full" remark shows which finishes the most once full. With
+   `--admit-round-ms 0,7,10`, one server per round ceiling (the config's `admit_round_ms`, 0
+   off) follows another in the same way, for every slot count ("7 ms ceiling open").
 3. `lab loadtest`'s client (`lab.bench.loadtest`) runs the closed-loop sweep (N streams in
    flight), then the open-loop Poisson sweep (arrivals at a rate, never waiting).
 4. The server is stopped with SIGTERM, which drains the requests in flight.
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import itertools
 import json
 import os
 import sys
@@ -49,6 +52,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 
@@ -209,11 +213,14 @@ def _server_line(meta: dict, server: dict) -> str:
     """The server's shape, or that a partial run stopped before it started."""
     if server.get("slots") is None:
         return "- Server: not started; the run stopped before it (in-process rows only)"
-    sweep = meta.get("slots") or []
-    if len(sweep) > 1:
-        return (f"- Servers: one per slot count, in turn ({', '.join(map(str, sweep))}), each "
-                f"row named for its server's; queue {server.get('queue')}, model "
-                f"`{meta.get('model')}`, format {meta.get('format')}")
+    sweeps = [f"{what} ({', '.join(f'{v:g}' for v in values)})"
+              for what, values in (("slot count", meta.get("slots") or []),
+                                   ("round ceiling in ms", meta.get("admit_round_ms") or []))
+              if len(values) > 1]
+    if sweeps:
+        return (f"- Servers: one per {' and '.join(sweeps)}, in turn, each row named for its "
+                f"server's; queue {server.get('queue')}, model `{meta.get('model')}`, "
+                f"format {meta.get('format')}")
     where = ("; the 'engine process' rows from a server whose pipeline runs in a process of "
              "its own (`lab serve --engine-process`), after the other's"
              if "engine-process" in meta.get("servers", []) else "")
@@ -250,10 +257,10 @@ SERVERS = {"one-process": "", "engine-process": "engine process "}
 
 
 def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], None]) -> dict:
-    """Status quo, then the served sweeps (one server per `--servers` mode and `--slots`
-    count, in turn), on the same sentences; the report's content. A partial report is handed
-    to `save` after the status quo and after each served point, so a run stopped midway (a
-    time limit on a lent GPU) keeps what it measured."""
+    """Status quo, then the served sweeps (one server per `--servers` mode, `--slots` count
+    and `--admit-round-ms` ceiling, in turn), on the same sentences; the report's content. A
+    partial report is handed to `save` after the status quo and after each served point, so a
+    run stopped midway (a time limit on a lent GPU) keeps what it measured."""
     cfg = load_preset(args.preset, **parse_overrides(args.set))
     check_static(cfg, args.static_rates)
     hand_over_lock(args.switch_interval)
@@ -264,13 +271,13 @@ def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], Non
     draft = functools.partial(report, args, plan, cfg, threads)
     save(draft(LoadResult(None, rows, records, []), {}, PARTIAL))
     target, ready = None, {}
-    for mode in args.servers:
-        for slots in args.slots or (None,):
-            before = LoadResult(None, rows, records, [])
-            target, ready, served = served_sweep(args, plan, threads, mode, slots,
-                                                 functools.partial(_save_partial, save, draft,
-                                                                   before))
-            rows, records = [*rows, *served.rows], [*records, *served.records]
+    for shape in itertools.product(args.servers, args.slots or (None,),
+                                   args.admit_round_ms or (None,)):
+        before = LoadResult(None, rows, records, [])
+        target, ready, served = served_sweep(args, plan, threads, ServerShape(*shape),
+                                             functools.partial(_save_partial, save, draft,
+                                                               before))
+        rows, records = [*rows, *served.rows], [*records, *served.records]
     return draft(LoadResult(target, rows, records, []), ready, None)
 
 
@@ -281,16 +288,34 @@ def _save_partial(save: Callable[[dict], None], draft: Callable[..., dict], befo
                           [*before.records, *done.records], []), ready, PARTIAL))
 
 
-def served_sweep(args: argparse.Namespace, plan: LoadPlan, threads: int, mode: str,
-                 slots: int | None, on_point: Callable[[LoadResult, dict], None]
+class ServerShape(NamedTuple):
+    """One server of a run: how it holds its pipeline (`SERVERS`), its slots and its round
+    ceiling (None: the memory plan's slots, the preset's ceiling)."""
+
+    mode: str
+    slots: int | None
+    round_ms: float | None
+
+    def overrides(self, given: list[str]) -> list[str]:
+        """The run's `--set` pairs, with this server's ceiling last so that it wins."""
+        return given + ([] if self.round_ms is None else [f"admit_round_ms={self.round_ms:g}"])
+
+    def prefix(self, args: argparse.Namespace) -> str:
+        """Its rows' shape prefix: the mode's, then what the run sweeps over."""
+        slots = _slots_words(self.slots) + " " if len(args.slots) > 1 else ""
+        ceiling = _ceiling_words(self.round_ms) + " " if len(args.admit_round_ms) > 1 else ""
+        return SERVERS[self.mode] + slots + ceiling
+
+
+def served_sweep(args: argparse.Namespace, plan: LoadPlan, threads: int, shape: ServerShape,
+                 on_point: Callable[[LoadResult, dict], None]
                  ) -> tuple[SpeechTarget, dict, LoadResult]:
-    """`lab serve` in `mode` with `slots` under the plan's points: its target, its /ready
-    answer, and its rows (with the server's serving thread's host work, from /metrics) and
-    requests, their shapes prefixed with the mode's (`SERVERS`) and, in a sweep over slot
-    counts, with its slots."""
-    server = serve(args.preset, args.set, threads, slots, args.queue, args.switch_interval,
-                   mode == "engine-process")
-    prefix = SERVERS[mode] + (_slots_words(slots) + " " if len(args.slots) > 1 else "")
+    """`lab serve` in `shape` under the plan's points: its target, its /ready answer, and its
+    rows (with the server's serving thread's host work, from /metrics) and requests, their
+    shapes prefixed with the server's (`ServerShape.prefix`)."""
+    server = serve(args.preset, shape.overrides(args.set), threads, shape.slots, args.queue,
+                   args.switch_interval, shape.mode == "engine-process")
+    prefix = shape.prefix(args)
     try:
         ready = httpx.get(f"{server.url}/ready", trust_env=False, timeout=10).json()
         target = SpeechTarget(f"{server.url}/v1/audio/speech", "", ready["voices"][0], args.format,
@@ -308,6 +333,10 @@ def _slots_words(slots: int) -> str:
     return f"{slots} slot" + ("s" if slots != 1 else "")
 
 
+def _ceiling_words(round_ms: float) -> str:
+    return f"{round_ms:g} ms ceiling" if round_ms else "no ceiling"
+
+
 def _prefixed(result: LoadResult, prefix: str) -> LoadResult:
     return replace(result, rows=[replace(r, shape=prefix + r.shape) for r in result.rows],
                    records=[replace(r, shape=prefix + r.shape) for r in result.records])
@@ -323,6 +352,7 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
                     overrides=" ".join(args.set), threads=threads,
                     switch_interval_ms=args.switch_interval,
                     servers=list(args.servers), slots=list(args.slots),
+                    admit_round_ms=list(args.admit_round_ms),
                     weights=f"{cfg.weights} ({cfg.family}:{cfg.model})",
                     **target, plan=asdict(plan))
     return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
@@ -352,6 +382,17 @@ def _slot_counts(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: give distinct slot counts of 1 or more, "
                                          "e.g. 192 or 128,192,256")
     return counts
+
+
+def _round_ceilings(text: str) -> tuple[float, ...]:
+    try:
+        ceilings = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        ceilings = ()
+    if not ceilings or min(ceilings) < 0 or len(set(ceilings)) != len(ceilings):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct round ceilings in ms, 0 or "
+                                         "more (0: off), e.g. 7 or 0,7,10")
+    return ceilings
 
 
 def _servers(text: str) -> tuple[str, ...]:
@@ -391,6 +432,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slots", type=_slot_counts, default=(),
                         help="the server's slots (default: its memory plan's); several, e.g. "
                              "128,192,256, start one server per count in turn")
+    parser.add_argument("--admit-round-ms", type=_round_ceilings, default=(), metavar="MS",
+                        help="the engine's round ceiling (the config's admit_round_ms, 0 off; "
+                             "default: the preset's); several, e.g. 0,7,10, start one server "
+                             "per ceiling in turn, for every slot count")
     parser.add_argument("--queue", type=int, default=16)
     parser.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_MS,
                         metavar="MS", help="how long a thread may keep Python's lock while "

@@ -3,11 +3,13 @@ timed as the load generator times a request over HTTP, on the real default voice
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 from conftest import benchmark_module
 
 from lab.bench.in_process import open_in_process
-from lab.bench.load_report import summarize, table_rows
+from lab.bench.load_report import QUEUED_MS, summarize, table_rows
 from lab.bench.loadtest import LoadPlan
 from lab.config import load_preset
 from lab.pipeline import Pipeline
@@ -108,12 +110,42 @@ def test_one_server_per_slot_count_takes_the_same_arrivals(serve_load, tmp_path)
     assert one["requests"] == two["requests"] > 0 and one["ok"] > 0 and two["ok"] > 0
     assert one["full"] is not None and one["full"][3] < one["full"][2]  # finished < arrived
     assert final["meta"]["slots"] == [1, 2] and final["server"]["slots"] == 2
-    assert "- Servers: one per slot count, in turn (1, 2)" in "\n".join(serve_load.header(final))
+    assert "- Servers: one per slot count (1, 2), in turn" in "\n".join(serve_load.header(final))
     report = (tmp_path / "s.md").read_text()
     assert "Full, the server finished" in report and "1 slot open at 8/s, for" in report
     for bad in ("0", "1,1", "two", "2,,3"):
         with pytest.raises(SystemExit):
             serve_load.parse_args(["--slots", bad])
+
+
+def test_one_server_per_round_ceiling_and_the_engines_wait_shows_it_full(serve_load, tmp_path):
+    """`--admit-round-ms 0,0.001` on the tiny Orpheus engine: a server without a ceiling, then
+    one whose every round is over its ceiling, so its engine lets a stream in only when idle.
+    The second server's requests wait inside its engine, which their `admission` part shows,
+    and the report reads that server as full."""
+    import json
+
+    serve_load.main(["--preset", "orpheus-tiny-cpu", "--concurrency", "", "--rates", "4",
+                     "--requests", "40", "--duration", "9", "--threads", "2",
+                     "--admit-round-ms", "0,0.001", "--out", str(tmp_path), "--stem", "r"])
+    final = json.loads((tmp_path / "r.json").read_text())
+    alone, free, paced = final["rows"]
+    assert [r["shape"] for r in (alone, free, paced)] == ["in-process", "no ceiling open",
+                                                         "0.001 ms ceiling open"]
+    assert free["requests"] == paced["requests"] > 0 and paced["ok"] > 0
+    waits = {shape: [r["server_ms"]["admission"] for r in final["requests"]
+                     if r["shape"] == shape and r["error"] is None]
+             for shape in ("no ceiling open", "0.001 ms ceiling open")}
+    assert max(waits["0.001 ms ceiling open"]) >= QUEUED_MS > statistics.median(
+        waits["no ceiling open"])
+    assert paced["full"] is not None and paced["ttfa_p50_ms"] > free["ttfa_p50_ms"]
+    assert final["meta"]["admit_round_ms"] == [0, 0.001]
+    header = "\n".join(serve_load.header(final))
+    assert "- Servers: one per round ceiling in ms (0, 0.001), in turn" in header
+    assert "Full, the server finished" in (tmp_path / "r.md").read_text()
+    for bad in ("-1", "7,7", "seven"):
+        with pytest.raises(SystemExit):
+            serve_load.parse_args(["--admit-round-ms", bad])
 
 
 def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_load, monkeypatch):
