@@ -41,12 +41,18 @@ def test_admission_waits_for_a_free_slot_in_arrival_order():
     assert reqs[2].slot == 0 and reqs[2].state is State.RUNNING
 
 
-def test_a_request_knows_how_long_it_waited_for_its_slot():
+def one_slot_two_requests() -> tuple[Scheduler, Request, Request]:
+    """A one-slot scheduler after its first step: the first request runs, the second waits."""
     s = make(n_slots=1)
     first, second = request(), request()
     s.add(first)
     s.add(second)
     run_prefill(s)
+    return s, first, second
+
+
+def test_a_request_knows_how_long_it_waited_for_its_slot():
+    s, first, second = one_slot_two_requests()
     assert first.admission_wait_s >= 0 and second.admission_wait_s is None
     time.sleep(0.05)
     s.abort(first.request_id)
@@ -124,11 +130,7 @@ def test_a_request_that_cannot_fit_is_refused_and_nothing_is_queued():
 
 
 def test_abort_of_a_waiting_request_and_of_an_unknown_id():
-    s = make(n_slots=1)
-    a, b = request(), request()
-    s.add(a)
-    s.add(b)
-    run_prefill(s)
+    s, a, b = one_slot_two_requests()
     assert s.abort(b.request_id) is b and b.finish_reason == "abort"
     assert s.abort("nope") is None
     assert list(s.waiting) == [] and s.running == [a]
