@@ -439,9 +439,8 @@ def ceiling_lines(rows: Sequence[PointSummary]) -> list[str]:
         for r in over for start, span, arrived, served in [r.full])
     return ["", "Full, the server finished what its slots carry, its ceiling for these texts "
                 "(requests waited for a slot, its own or the engine's, or were refused): "
-                f"{points}. Arrivals at or above "
-                "that rate leave any burst's backlog in place for as long as they go on, so "
-                "plan for a rate below it, with room for bursts."]
+                f"{points}. Arrivals at or above that rate leave any burst's backlog in place "
+                "for as long as they go on, so plan for a rate below it, with room for bursts."]
 
 
 def _finished_words(served: float, arrived: float) -> str:

@@ -252,10 +252,9 @@ class TokenTTS:
         """Charge the request its first utterance's wait for an engine slot, so a server can
         tell a wait inside the engine from one for its own slots."""
         request = self.engine.requests.get(utt.request_id)
-        meter = utt.meter
-        if meter is not None and meter.admission_ms is None and request is not None \
-                and request.admission_wait_s is not None:
-            meter.admission_ms = request.admission_wait_s * 1e3
+        waited = None if request is None else request.admission_wait_s
+        if utt.meter is not None and utt.meter.admission_ms is None and waited is not None:
+            utt.meter.admission_ms = waited * 1e3
 
     def run(self) -> None:
         while self.has_unfinished():
