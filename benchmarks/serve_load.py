@@ -130,12 +130,19 @@ def static_batching(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...
         pipe.close()
 
 
-def check_static(cfg: PipelineConfig, rates: tuple[float, ...]) -> None:
-    """Refuse `--static-rates` for a family without batching to compare, before anything loads."""
+SWEEPS = (("static_rates", "continuous_batching",
+           "continuous batching to compare with static batching"),
+          ("admit_round_ms", "admit_round_ms", "round ceiling to sweep"))
+"""Options that compare settings of one knob: (option, knob, what a family must have)."""
+
+
+def check_sweeps(cfg: PipelineConfig, args: argparse.Namespace) -> None:
+    """Refuse a comparison over a knob the family ignores, before anything loads."""
     fam = family(cfg.family)
-    if rates and not fam.supports("continuous_batching"):
-        raise SystemExit(f"--static-rates: {cfg.family} has no continuous batching to compare "
-                         f"with static batching: {fam.unsupported['continuous_batching']}")
+    for option, knob, what in SWEEPS:
+        if getattr(args, option) and not fam.supports(knob):
+            flag = "--" + option.replace("_", "-")
+            raise SystemExit(f"{flag}: {cfg.family} has no {what}: {fam.unsupported[knob]}")
 
 
 def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord], float]:
@@ -262,7 +269,7 @@ def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], Non
     partial report is handed to `save` after the status quo and after each served point, so a
     run stopped midway (a time limit on a lent GPU) keeps what it measured."""
     cfg = load_preset(args.preset, **parse_overrides(args.set))
-    check_static(cfg, args.static_rates)
+    check_sweeps(cfg, args)
     hand_over_lock(args.switch_interval)
     with pinned_threads(args.threads) as threads:
         local_rows, local = status_quo(cfg, plan, args.in_process_rates)

@@ -175,7 +175,12 @@ def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_lo
     assert serve_load.static_batching(cfg, plan, ()) == ([], [])
 
 
-def test_static_rates_are_refused_for_a_family_without_batching(serve_load):
+def test_sweeps_over_a_knob_the_family_ignores_are_refused(serve_load):
+    voice = load_preset("cpu-default")
     with pytest.raises(SystemExit, match="--static-rates: piper-vits has no continuous"):
-        serve_load.check_static(load_preset("cpu-default"), (1.0,))
-    serve_load.check_static(load_preset("cpu-default"), ())
+        serve_load.check_sweeps(voice, serve_load.parse_args(["--static-rates", "1"]))
+    with pytest.raises(SystemExit, match="--admit-round-ms: piper-vits has no round ceiling"):
+        serve_load.check_sweeps(voice, serve_load.parse_args(["--admit-round-ms", "0,7"]))
+    serve_load.check_sweeps(voice, serve_load.parse_args([]))
+    serve_load.check_sweeps(load_preset("orpheus-tiny-cpu"),
+                            serve_load.parse_args(["--static-rates", "1", "--admit-round-ms", "7"]))
