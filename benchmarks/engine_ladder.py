@@ -582,7 +582,7 @@ def view(report, batches: list[int], stem: str) -> dict:
 
 
 def targets(report):
-    """The issue's targets, checked on every batch-1 rung that runs under a CUDA graph."""
+    """The lab's targets, checked on every batch-1 rung that runs under a CUDA graph."""
     out = []
     for r in report["ladder"]:
         if r["batch"] != 1 or r["rung"] not in RUNGS[3:] or "ms_per_step" not in r:
