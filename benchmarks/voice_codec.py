@@ -13,7 +13,7 @@ take of the same sentence with the same noise. Residual levels nest (the first L
 RVQ are an L-level RVQ), so one fit per grouping gives every level count. `--codebooks` adds the
 rows of a shipped codebook file; `--decoder` a row for a learned decoder of the shipped codes
 (`lab.models.latent_decoder`), and `--keep-rows` keeps the rows of an earlier run that this one
-does not measure (the sentences and seeds are the same). The criterion is the lab's target: within 5%
+does not measure (the sentences and seeds are the same). The lab's target: within 5%
 of the teacher's DNSMOS OVRL and +2 WER points, at the lowest token rate.
 
 Writes `<stem>.json` and `<stem>.md` (`voice_codec` by default). `--sets ""` with
