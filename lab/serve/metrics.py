@@ -149,6 +149,10 @@ class ServerMetrics:
         self.ttfa = Histogram("lab_time_to_first_audio_seconds", "Arrival to first audio "
                               "ready to send, queueing included", buckets=TIME_BUCKETS,
                               registry=registry)
+        self.admission_wait = Histogram(
+            "lab_engine_admission_wait_seconds", "Of the time to first audio, the wait for the "
+            "engine to let the request in (a free engine slot and an open admission gate); "
+            "families with an engine of their own", buckets=TIME_BUCKETS, registry=registry)
         self.latency = Histogram("lab_request_latency_seconds", "Arrival to last audio sent, "
                                  "for completed streams", buckets=TIME_BUCKETS, registry=registry)
         self.rtf = Histogram("lab_real_time_factor", "Latency over audio seconds, for completed "

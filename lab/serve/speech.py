@@ -147,6 +147,7 @@ async def respond(served: Served, body: SpeechRequest, request: Request) -> Resp
         timing["engine"] = first.elapsed_ms
         if first.admission_ms is not None:
             timing["admission"] = first.admission_ms
+            served.metrics.admission_wait.observe(first.admission_ms / 1e3)
     return SpeechResponse(served, run, slot, first, body, timing)
 
 

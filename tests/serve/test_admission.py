@@ -138,9 +138,13 @@ def test_a_request_the_engine_kept_out_says_how_long_it_waited_inside_it():
                                 timeout=60)
             held = server_timing(holder.response.headers["server-timing"])
             holder.leave()
+            waits = [metric(srv.url, f"lab_engine_admission_wait_seconds_{part}")
+                     for part in ("count", "sum")]
     finally:
         pipeline.close()
     waited = server_timing(waiter.headers["server-timing"])
     assert list(waited) == ["queue", "first-audio", "engine", "admission"]
     assert held["admission"] < 50 and waited["queue"] < 50
     assert QUEUED_MS <= waited["admission"] < waited["engine"]
+    # /metrics keeps the same waits, one per request, in seconds
+    assert waits == [2, pytest.approx((held["admission"] + waited["admission"]) / 1e3, abs=1e-3)]

@@ -13,6 +13,7 @@ FAMILIES = {
     "lab_speech_requests": "counter",
     "lab_time_to_first_audio_seconds": "histogram",
     "lab_request_latency_seconds": "histogram",
+    "lab_engine_admission_wait_seconds": "histogram",
     "lab_real_time_factor": "histogram",
     "lab_queue_depth": "gauge",
     "lab_active_slots": "gauge",
