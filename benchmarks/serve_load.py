@@ -382,24 +382,18 @@ def _rates(text: str) -> tuple[float, ...]:
     return tuple(float(r) for r in text.split(",") if r)
 
 
-def _slot_counts(text: str) -> tuple[int, ...]:
-    parts = [n.strip() for n in text.split(",")]
-    counts = tuple(int(n) for n in parts if n.isdigit())
-    if len(counts) != len(parts) or 0 in counts or len(set(counts)) != len(counts):
-        raise argparse.ArgumentTypeError(f"{text!r}: give distinct slot counts of 1 or more, "
-                                         "e.g. 192 or 128,192,256")
-    return counts
-
-
-def _round_ceilings(text: str) -> tuple[float, ...]:
-    try:
-        ceilings = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        ceilings = ()
-    if not ceilings or min(ceilings) < 0 or len(set(ceilings)) != len(ceilings):
-        raise argparse.ArgumentTypeError(f"{text!r}: give distinct round ceilings in ms, 0 or "
-                                         "more (0: off), e.g. 7 or 0,7,10")
-    return ceilings
+def _distinct(kind: type, least: float, what: str) -> Callable[[str], tuple]:
+    """A parser of a comma-separated list of distinct `kind` values of `least` or more, whose
+    error names `what` it wants."""
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(v) for v in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or min(values) < least or len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"{text!r}: give distinct {what}")
+        return values
+    return parse
 
 
 def _servers(text: str) -> tuple[str, ...]:
@@ -436,10 +430,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "--processes`): one falls behind past a few hundred streams")
     parser.add_argument("--format", default="pcm", choices=("pcm", "wav", "sse"))
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--slots", type=_slot_counts, default=(),
+    parser.add_argument("--slots", type=_distinct(int, 1, "slot counts of 1 or more, e.g. 192 "
+                                                         "or 128,192,256"), default=(),
                         help="the server's slots (default: its memory plan's); several, e.g. "
                              "128,192,256, start one server per count in turn")
-    parser.add_argument("--admit-round-ms", type=_round_ceilings, default=(), metavar="MS",
+    parser.add_argument("--admit-round-ms", type=_distinct(float, 0, "round ceilings in ms, 0 or "
+                                                           "more (0: off), e.g. 7 or 0,7,10"),
+                        default=(), metavar="MS",
                         help="the engine's round ceiling (the config's admit_round_ms, 0 off; "
                              "default: the preset's); several, e.g. 0,7,10, start one server "
                              "per ceiling in turn, for every slot count")

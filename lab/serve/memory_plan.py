@@ -143,9 +143,9 @@ class MemoryPlan:
     def _hint(self) -> str:
         """A batched engine on a GPU whose slots nobody chose, and that no round ceiling
         paces, gets the load test's warning."""
-        chosen = self.loaded or self.ceiling_reason == ASKED or self.paced
+        settled = self.loaded or self.ceiling_reason == ASKED or self.paced
         gpu_engine = self.autoregressive and self.device.startswith("cuda")
-        return "" if chosen or not gpu_engine else f"\n  {SIZE_UNDER_LOAD}"
+        return "" if settled or not gpu_engine else f"\n  {SIZE_UNDER_LOAD}"
 
     def apply(self, cfg: PipelineConfig) -> PipelineConfig:
         """The config to load: an autoregressive family's engine gets the plan's slots as its
