@@ -63,12 +63,13 @@ from lab.bench.load_report import (
     PointSummary,
     RequestRecord,
     capacity_lines,
-    ceiling_lines,
     dry_lines,
+    server_lines,
     summarize,
     table_rows,
     timelines,
     ttfa_split,
+    with_slowed,
 )
 from lab.bench.loadtest import LoadPlan, LoadResult, SpeechTarget, draw_texts, run_load
 from lab.bench.report import anomaly_lines, command_line, markdown_table, run_meta, write_json
@@ -246,17 +247,19 @@ def write(result: dict, out: Path, stem: str) -> None:
     records = [RequestRecord(**r) for r in result.get("requests", [])]
     parts = [f"# Serving under load ({result['meta'].get('device', '')})", *header(result), "",
              markdown_table(result["table"]), *capacity_lines(result["table"]),
-             *_ceiling(result["rows"]), "",
+             *_remarks(result["rows"], records), "",
              "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     (out / f"{stem}.md").write_text("\n".join(parts) + "\n")
 
 
-def _ceiling(rows: list[dict]) -> list[str]:
-    """The "Full" remark (`ceiling_lines`); none for a file from before rows kept `full`."""
+def _remarks(rows: list[dict], records: list[RequestRecord]) -> list[str]:
+    """The load report's remarks on the server (`server_lines`; the header says where the
+    generator fell behind); none for a file from before rows kept `full`, whose rows lack
+    fields a summary needs."""
     if not rows or any("full" not in r for r in rows):
         return []
-    return ceiling_lines([PointSummary(**r) for r in rows])
+    return server_lines(with_slowed(records, [PointSummary(**r) for r in rows]))
 
 
 SERVERS = {"one-process": "", "engine-process": "engine process "}

@@ -105,6 +105,10 @@ class PointSummary:
     full: tuple[float, float, float, float] | None = None
     """Where the server was full (`full_rates`): from when, for how long, and requests a
     second that arrived and that it finished meanwhile, its ceiling (`ceiling_lines`)."""
+    slowed: int | None = None
+    """Streams that ran dry `SLOWED_AFTER_S` or more after their first audio (`slowed`): held
+    up by the server's later rounds, not by a first piece too short. None in files from before
+    streams kept when they ran dry."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -151,6 +155,20 @@ def found_full(record: RequestRecord) -> bool:
     parts = record.server_ms or {}
     waited = parts.get("queue", 0.0) + parts.get("admission", 0.0) >= QUEUED_MS
     return waited or record.error == "http_429"
+
+
+SLOWED_AFTER_S = 1.0
+"""A stream that runs dry this long after its first audio waited on a slow stretch of the
+server, not on its first piece."""
+
+
+def slowed(records: Sequence[RequestRecord]) -> int | None:
+    """How many streams ran dry `SLOWED_AFTER_S` or later after their first audio; None where
+    no record says when its stream was tightest (files from before that was kept)."""
+    known = [r for r in records if r.tightest_s is not None and r.margin_s is not None]
+    if not known:
+        return None
+    return sum(r.margin_s < 0 and r.tightest_s >= SLOWED_AFTER_S for r in known)
 
 
 def full_rates(records: Sequence[RequestRecord]) -> tuple[float, float, float, float] | None:
@@ -286,7 +304,7 @@ def summarize(records: Sequence[RequestRecord], shape: str, load: float,
         lag_p99_ms=_ms([r.lag_s for r in records], 99), wall_s=round(wall_s, 2),
         errors=dict(Counter(r.error for r in records if r.error is not None)),
         step_p50_ms=median([r.step_ms for r in ok if r.step_ms is not None]),
-        full=full_rates(records))
+        full=full_rates(records), slowed=slowed(records))
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -432,15 +450,55 @@ def ceiling_lines(rows: Sequence[PointSummary]) -> list[str]:
     over = [r for r in rows if at_ceiling(r)]
     if not over:
         return []
-    named = len({r.shape for r in over}) > 1  # several servers' rows: say whose point it was
     points = "; ".join(
-        f"{r.shape + ' ' if named else ''}at {load_words(r.shape, r.load)}, for {span:.1f} s "
+        f"{_named(r, over)}at {load_words(r.shape, r.load)}, for {span:.1f} s "
         f"from {start:.1f} s it finished {_finished_words(served, arrived)} arrived"
         for r in over for start, span, arrived, served in [r.full])
     return ["", "Full, the server finished what its slots carry, its ceiling for these texts "
                 "(requests waited for a slot, its own or the engine's, or were refused): "
                 f"{points}. Arrivals at or above that rate leave any burst's backlog in place "
                 "for as long as they go on, so plan for a rate below it, with room for bursts."]
+
+
+SLOWED_SHARE = 0.05
+"""Streams slowed in this share of a point's requests or more mean the server took in more
+streams than its rounds carry, not that a few met an unlucky stretch."""
+
+
+def slowed_lines(rows: Sequence[PointSummary]) -> list[str]:
+    """A remark under the table for points where `SLOWED_SHARE` of the streams ran dry well
+    after their first audio: the server let in more streams than it keeps in real time, and
+    what helps is making new arrivals wait, not a faster first piece; nothing elsewhere."""
+    over = [r for r in rows if r.slowed and r.slowed >= SLOWED_SHARE * r.requests]
+    if not over:
+        return []
+    points = "; ".join(f"{_named(r, over)}at {load_words(r.shape, r.load)} {r.slowed:,} of "
+                       f"{r.requests:,}" + (f" ({r.round_ms:.1f} ms rounds)" if r.round_ms else "")
+                       for r in over)
+    return ["", f"Slowed, streams ran dry {SLOWED_AFTER_S:g} s or more after their first audio: "
+                f"{points}. The server took in more streams than its rounds carry in real time, "
+                "so each new stream slowed those already playing. Fewer slots (`lab serve "
+                "--slots N`) or, for an engine of its own, a round ceiling (`--set "
+                "admit_round_ms=MS`) make new arrivals wait instead (docs/serving.md, \"Sizing "
+                "a GPU server\")."]
+
+
+def _named(row: PointSummary, rows: Sequence[PointSummary]) -> str:
+    """The row's shape and a space where the rows are of several servers (a sweep over slot
+    counts or ceilings), else nothing: one server's rows need no names."""
+    return row.shape + " " if len({r.shape for r in rows}) > 1 else ""
+
+
+def server_lines(rows: Sequence[PointSummary]) -> list[str]:
+    """The remarks on what the server did, in one order wherever they show: where it was full,
+    where it slowed its streams, and where its serving thread set the pace."""
+    return ceiling_lines(rows) + slowed_lines(rows) + host_lines(rows)
+
+
+def remark_lines(rows: Sequence[PointSummary]) -> list[str]:
+    """Every remark a report gives under its table, for the CLI, the file and the app: where
+    the load generator fell behind, then `server_lines`."""
+    return lag_lines(rows) + server_lines(rows)
 
 
 def _finished_words(served: float, arrived: float) -> str:
@@ -526,8 +584,8 @@ def write_markdown(path: Path, result: dict) -> None:
     `notes` survive a rewrite: the commands, the table, the notes, then where the time to
     first audio went and each open-loop point over time."""
     meta = result["meta"]
-    rows = [PointSummary(**r) for r in result["rows"]]
     records = [RequestRecord(**r) for r in result.get("requests", [])]
+    rows = with_slowed(records, [PointSummary(**r) for r in result["rows"]])
     server = meta.get("server_command")
     lines = [f"# Load test of {meta.get('url')} ({meta.get('device', '?')})", "",
              *([f"Server: `{server}`", ""] if server else []),
@@ -537,10 +595,22 @@ def write_markdown(path: Path, result: dict) -> None:
              f"- Model `{meta.get('model') or '(the server default)'}`, voice "
              f"`{meta.get('voice')}`, format {meta.get('format')}",
              "", markdown_table(table_rows(rows)), *capacity_lines(table_rows(rows)),
-             *lag_lines(rows), *ceiling_lines(rows), *host_lines(rows), "",
+             *remark_lines(rows), "",
              "\n\n".join(result.get("notes", [])),
              *ttfa_split(records), *dry_lines(records), *timelines(records)]
     path.write_text("\n".join(lines) + "\n")
+
+
+def with_slowed(records: Sequence[RequestRecord],
+                 rows: list[PointSummary]) -> list[PointSummary]:
+    """Rows of a file saved before they counted `slowed` get it from their point's records,
+    so a rewritten report says where the server slowed its streams whenever it can."""
+    points: dict[tuple[str, float], list[RequestRecord]] = {}
+    for r in records:
+        points.setdefault((r.shape, r.load), []).append(r)
+    return [row if row.slowed is not None else
+            dataclasses.replace(row, slowed=slowed(points.get((row.shape, row.load), [])))
+            for row in rows]
 
 
 def write_html(path: Path, rows: Sequence[PointSummary], title: str,

@@ -46,9 +46,7 @@ from lab.bench.load_report import (
     PointSummary,
     RequestRecord,
     capacity_lines,
-    ceiling_lines,
-    host_lines,
-    lag_lines,
+    remark_lines,
     result_of,
     summarize,
     table_rows,
@@ -428,8 +426,7 @@ def run(args: argparse.Namespace) -> int:
     write_json(paths["json"], saved)
     write_markdown(paths["md"], saved)
     print(markdown_table(table_rows(result.rows)))
-    print("\n".join(capacity_lines(table_rows(result.rows)) + lag_lines(result.rows)
-                    + ceiling_lines(result.rows) + host_lines(result.rows)))
+    print("\n".join(capacity_lines(table_rows(result.rows)) + remark_lines(result.rows)))
     split = ttfa_parts(result.records)
     if split:
         print(f"\nTime to first audio by the server's Server-Timing: {TTFA_PARTS}")

@@ -38,9 +38,8 @@ from lab.bench.load_report import (
     PointSummary,
     RequestRecord,
     capacity,
-    ceiling_lines,
     figure,
-    host_lines,
+    remark_lines,
     result_of,
     table_rows,
     ttfa_parts,
@@ -198,9 +197,9 @@ def table(rows: list[dict], gpu: bool) -> Styler:
 def capacity_text(rows: list[PointSummary]) -> str:
     """The sweep so far answers the tab's question: the highest load that kept every stream
     in real time, per load shape (`lab.bench.load_report.capacity`), what the server finished
-    where it was full (`ceiling_lines`), and the points where the serving thread, not the
-    device, set the pace (`host_lines`)."""
-    remark = "".join(ceiling_lines(rows) + host_lines(rows))
+    where it was full, where it slowed its streams, and where the serving thread, not the
+    device, set the pace (`remark_lines`)."""
+    remark = "\n\n".join(line for line in remark_lines(rows) if line)
     return ("**Capacity so far:** " + "; ".join(capacity(table_rows(rows)))
             + (f"\n\n{remark}" if remark else ""))
 

@@ -31,6 +31,8 @@ from lab.bench.load_report import (
     lag_lines,
     over_time,
     percentile,
+    remark_lines,
+    slowed_lines,
     summarize,
     timeline_figure,
     ttfa_parts,
@@ -413,6 +415,33 @@ def test_the_ceiling_remark_names_each_servers_point_and_a_close_backlog_in_two_
     assert "; 2 slots open at 8/s, for 6.0 s" in remark and "8.3 a second while 10.0" in remark
     assert ceiling_lines([one])[1].count("open") == 0  # one server: no names
 
+
+
+def dry_point(load: float, dry: int, when_s: float | None, rounds_ms: float | None = None):
+    """40 streams of an open point, `dry` of them running dry `when_s` after their first audio
+    (None: a file from before that was kept)."""
+    def one(i: int) -> RequestRecord:
+        margin = -0.2 if i < dry else 0.3
+        return replace(record(0.1, margin), shape="open", load=load, due_s=i / 10,
+                       tightest_s=when_s)
+    return replace(summarize([one(i) for i in range(40)], "open", load, wall_s=5.0),
+                   round_ms=rounds_ms)
+
+
+def test_the_slowed_remark_names_points_whose_streams_ran_dry_well_after_their_first_audio():
+    """Streams that ran dry a while into their audio were slowed by the server's later rounds,
+    which more slots or no ceiling cause; those that ran dry on their first piece were not, and
+    one stream of forty is an unlucky stretch, not a server taking in too many."""
+    late = dry_point(64.0, 12, when_s=5.2, rounds_ms=9.03)
+    assert late.slowed == 12
+    assert dry_point(56.0, 12, when_s=0.3).slowed == 0
+    assert dry_point(56.0, 12, when_s=None).slowed is None
+    assert slowed_lines([dry_point(48.0, 1, 5.2), dry_point(56.0, 12, 0.3),
+                         dry_point(60.0, 12, None)]) == []
+    (remark,) = slowed_lines([dry_point(56.0, 1, 5.2), late])[1:]
+    assert "at 64/s 12 of 40 (9.0 ms rounds)" in remark and "56/s" not in remark
+    assert "--slots N" in remark and "admit_round_ms" in remark
+    assert remark_lines([dry_point(56.0, 1, 5.2), late])[-1] == remark
 
 # --- a point spread over processes ------------------------------------------------------
 

@@ -196,3 +196,13 @@ def test_the_capacity_line_says_what_a_full_server_finished():
     assert "Full, the server" not in serve_tab.capacity_text([row])
     text = serve_tab.capacity_text([replace(row, full=(3.0, 12.0, 4.2, 3.1))])
     assert "at 4/s, for 12.0 s from 3.0 s it finished 3.1 a second while 4.2 arrived" in text
+
+
+def test_the_capacity_line_says_where_the_server_slowed_its_streams_apart_from_full():
+    records = [RequestRecord(shape="open", load=4.0, chars=40, due_s=0.0, lag_s=0.001,
+                             ttfa_s=0.1, latency_s=2.0, audio_s=1.0, bytes=44100, reads=3,
+                             margin_s=-0.2, error=None, tightest_s=3.0)] * 2
+    row = summarize(records, "open", 4.0, wall_s=1.0)
+    text = serve_tab.capacity_text([replace(row, full=(3.0, 12.0, 4.2, 3.1))])
+    assert "Slowed, streams ran dry 1 s or more after their first audio: at 4/s 2 of 2" in text
+    assert "room for bursts.\n\nSlowed" in text  # one remark a paragraph
