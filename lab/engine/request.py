@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 import torch
 
 
@@ -55,7 +56,8 @@ class State(enum.Enum):
 
 
 _ids = itertools.count()
-_UNIFORM_BLOCK = 64
+UNIFORM_BLOCK = 64
+"""Draws a request's random stream hands out at a time (`Request.uniform_block`)."""
 
 
 @dataclass(eq=False)
@@ -86,8 +88,6 @@ class Request:
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
-        self._uniforms: list[float] = []
-        self._next_uniform = 0
 
     @property
     def position(self) -> int:
@@ -120,19 +120,15 @@ class Request:
         s = self.sampling
         return s.temperature, s.top_p, s.top_k, s.repetition_penalty
 
-    def next_uniform(self) -> float:
-        """The next draw of this request's own random stream, in [0, 1).
+    def uniform_block(self) -> np.ndarray:
+        """The next `UNIFORM_BLOCK` draws of this request's own random stream, in [0, 1).
 
-        Draws come in blocks from a per-request generator, so the sequence depends only on the
-        seed and how many tokens this request has sampled, never on who shares the batch.
+        Each sampled token takes the next draw, so the sequence depends only on the seed and
+        how many tokens this request has sampled, never on who shares the batch. The sampler
+        keeps the block beside the request's slot (`lab.engine.slot_sampler`), which is where
+        a step reads it.
         """
-        if self._next_uniform == len(self._uniforms):
-            self._uniforms = torch.rand(_UNIFORM_BLOCK, generator=self._generator,
-                                        dtype=torch.float64).tolist()
-            self._next_uniform = 0
-        value = self._uniforms[self._next_uniform]
-        self._next_uniform += 1
-        return value
+        return torch.rand(UNIFORM_BLOCK, generator=self._generator, dtype=torch.float64).numpy()
 
     def append(self, token: int) -> None:
         if self.first_token_time is None:

@@ -62,14 +62,10 @@ class SamplingBatch:
     cheap_topk: list[bool]      # per row: 0 < top_k <= TOPK_CAP (decided on the host, no sync)
 
     @classmethod
-    def from_requests(cls, requests: list[Request], device: torch.device | str) -> SamplingBatch:
-        """Gather settings and draw each request's next uniform (advancing its stream)."""
-        rows = to_device(settings_rows(requests), torch.float64, torch.device(device))
-        return cls.from_rows(rows, [fixed_topk(r) for r in requests])
-
-    @classmethod
     def from_rows(cls, rows: torch.Tensor, cheap_topk: list[bool]) -> SamplingBatch:
-        """Settings from rows [B, 5] float64 laid out as `settings_rows` writes them."""
+        """Settings from rows [B, 5] float64: temperature, top-p, top-k, repetition penalty
+        (`Request.settings`) and the row's uniform, so a batch reaches the device in one
+        copy."""
         return cls(temperature=rows[:, 0].float(), top_p=rows[:, 1].float(),
                    top_k=rows[:, 2].long(), penalty=rows[:, 3].float(), uniforms=rows[:, 4],
                    cheap_topk=cheap_topk)
@@ -78,12 +74,6 @@ class SamplingBatch:
 def fixed_topk(request: Request) -> bool:
     """Whether the request's candidates come from the fixed-size top-k (`TOPK_CAP`)."""
     return 0 < request.sampling.top_k <= TOPK_CAP
-
-
-def settings_rows(requests: list[Request]) -> list[tuple[float, ...]]:
-    """Per request: temperature, top-p, top-k, repetition penalty and its next uniform (which
-    advances its stream). One flat row each, so a batch reaches the device in one copy."""
-    return [(*r.settings, r.next_uniform()) for r in requests]
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor | None,

@@ -1,24 +1,26 @@
 """The sampler: filters per row, inverse-CDF draws, and rows that ignore their neighbours."""
 
+import numpy as np
 import pytest
 import torch
 
-from lab.engine.request import Request, RequestError, SamplingParams
+from lab.engine.request import UNIFORM_BLOCK, Request, RequestError, SamplingParams
 from lab.engine.sampler import (
     TOPK_CAP,
     Candidates,
     SamplingBatch,
     apply_repetition_penalty,
+    fixed_topk,
     sample,
 )
 
 
 def batch(rows: list[dict], uniforms: list[float]) -> SamplingBatch:
-    """A SamplingBatch with chosen uniforms instead of generator draws."""
+    """A SamplingBatch of these settings with chosen uniforms instead of generator draws."""
     requests = [Request([1], SamplingParams(**r)) for r in rows]
-    b = SamplingBatch.from_requests(requests, "cpu")
-    b.uniforms = torch.tensor(uniforms, dtype=torch.float64)
-    return b
+    table = torch.tensor([(*r.settings, u) for r, u in zip(requests, uniforms, strict=True)],
+                         dtype=torch.float64)
+    return SamplingBatch.from_rows(table, [fixed_topk(r) for r in requests])
 
 
 def test_greedy_takes_the_first_maximum():
@@ -75,10 +77,11 @@ def test_a_request_stream_depends_only_on_its_seed():
     a = Request([1], SamplingParams(seed=5))
     b = Request([2, 3], SamplingParams(seed=5, temperature=1.0))
     c = Request([1], SamplingParams(seed=6))
-    draws_a = [a.next_uniform() for _ in range(100)]
-    assert draws_a == [b.next_uniform() for _ in range(100)]
-    assert draws_a != [c.next_uniform() for _ in range(100)]
-    assert all(0.0 <= u < 1.0 for u in draws_a)
+    draws_a = np.concatenate([a.uniform_block() for _ in range(2)])
+    assert len(draws_a) == 2 * UNIFORM_BLOCK
+    assert np.array_equal(draws_a, np.concatenate([b.uniform_block() for _ in range(2)]))
+    assert not np.array_equal(draws_a, np.concatenate([c.uniform_block() for _ in range(2)]))
+    assert ((draws_a >= 0.0) & (draws_a < 1.0)).all() and len(set(draws_a)) == len(draws_a)
 
 
 @pytest.mark.parametrize("bad", [{"temperature": -1}, {"top_p": 0}, {"top_p": 1.5},

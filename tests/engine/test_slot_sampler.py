@@ -4,12 +4,13 @@ On a machine without CUDA the static path runs uncaptured, which checks the padd
 scratch slot and the slot updates; with CUDA the same tests also replay real graphs.
 """
 
+import numpy as np
 import pytest
 import torch
 
-from lab.engine.request import Request, SamplingParams
+from lab.engine.request import UNIFORM_BLOCK, Request, SamplingParams
 from lab.engine.sampler import Candidates
-from lab.engine.slot_sampler import SlotSampler
+from lab.engine.slot_sampler import UNIFORM, SlotRows, SlotSampler
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 N_SLOTS, VOCAB, WIDTH = 8, 300, 40
@@ -143,3 +144,38 @@ def test_every_bucket_is_captured_ahead_for_the_shapes_seen(device):
     with torch.inference_mode():
         assert static(_requests(list(range(8)), 1.1), logits).tolist() == want
     assert not static.fallbacks
+
+
+def test_each_row_draws_its_own_requests_stream_in_order_across_blocks():
+    """A step's uniforms are each request's next draws, a block after another, whoever shares
+    the step: the k-th token a request samples takes the k-th draw of its own stream."""
+    rows = SlotRows(N_SLOTS, (N_SLOTS, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0))
+    kept = _requests([0, 3, 5], 1.0)
+    twins = _requests([0, 3, 5], 1.0)
+    want = {r.slot: np.concatenate([r.uniform_block() for _ in range(3)]) for r in twins}
+    drawn = {slot: [] for slot in want}
+    for step in range(2 * UNIFORM_BLOCK + 5):
+        batch = kept if step % 3 else kept[1:] + _requests([7], 1.0)  # others come and go
+        out = rows.rows(batch, None, 8)
+        for r, row in zip(batch, out, strict=False):
+            assert row[0] == r.slot and tuple(row[1:UNIFORM]) == r.settings
+            drawn.setdefault(r.slot, []).append(row[UNIFORM])
+        assert (out[len(batch):, 0] == N_SLOTS).all()  # padding points at the scratch slot
+    for slot, draws in drawn.items():
+        if slot in want:
+            assert np.array_equal(draws, want[slot][:len(draws)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_requests_keep_their_streams_between_padded_and_eager_steps(device):
+    """Requests living through more draws than a block, padded on most steps and eager on those
+    a neighbour without the fixed-size top-k joins, sample what an all-eager run samples."""
+    eager, static = _samplers(device)
+    alone, together = _requests([0, 3, 5], 1.3), _requests([0, 3, 5], 1.3)
+    generator = torch.Generator().manual_seed(2)
+    for step in range(UNIFORM_BLOCK + 12):
+        odd = step % 5 == 0  # a row whose top-k is off makes the whole step eager
+        logits = (4 * torch.randn(3 + odd, VOCAB, generator=generator)).to(device)
+        extra = (lambda: _requests([7], 1.3, top_k=0)) if odd else list
+        want = eager(alone + extra(), logits).tolist()
+        assert static(together + extra(), logits).tolist() == want
