@@ -205,8 +205,10 @@ class ModelRunner:
         return self.kv.work(requests, n_rows)
 
     def free(self, slot: int) -> None:
-        """Drop what a finished request left in its slot (the dynamic cache's memory)."""
+        """Drop what a finished request left in its slot (the dynamic cache's memory, the
+        sampler's hold on the request)."""
         self.kv.free(slot)
+        self.sampler.free(slot)
 
     @torch.inference_mode()
     def sample(self, requests: list[Request], logits: torch.Tensor) -> PendingTokens:

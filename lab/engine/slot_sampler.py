@@ -48,9 +48,9 @@ class SlotRows:
 
     A row's settings hold for its request's life and its uniforms come a block at a time, so a
     step gathers its rows and their next draws with numpy indexing instead of building and
-    converting a tuple per row: at 150 Orpheus streams on an H200 that per-row work was most
-    of the sampler's 434 us a step. A request keeps one slot for its life, so its stream
-    continues where the slot's cursor stands.
+    converting a tuple per row, a large part of the sampler's 434 us a step at 150 Orpheus
+    streams on an H200. A request keeps one slot for its life, so its stream continues where
+    the slot's cursor stands.
     """
 
     def __init__(self, n_slots: int, padding_row: tuple) -> None:
@@ -78,6 +78,10 @@ class SlotRows:
             out[:n, TABLE_ROW] = table_rows
         out[n:] = self.padding
         return out
+
+    def free(self, slot: int) -> None:
+        """The slot's request has finished: let go of it (the next tenant takes the slot)."""
+        self.owners[slot] = None
 
     def _take(self, request: Request) -> None:
         """A request's first sampling in its slot: its settings and first block of draws."""
@@ -126,6 +130,10 @@ class SlotSampler:
         self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self._failed: set[tuple] = set()
         self._pool = None
+
+    def free(self, slot: int) -> None:
+        """Forget the slot's finished request (`SlotRows.free`)."""
+        self._rows.free(slot)
 
     @property
     def captures(self) -> bool:

@@ -164,6 +164,10 @@ def test_each_row_draws_its_own_requests_stream_in_order_across_blocks():
     for slot, draws in drawn.items():
         if slot in want:
             assert np.array_equal(draws, want[slot][:len(draws)])
+    rows.free(3)
+    assert rows.owners[3] is None and rows.owners[0] is kept[0]  # a finished request is let go
+    newcomer = _requests([3], 1.0)
+    assert rows.rows(newcomer, None, 1)[0, UNIFORM] == _requests([3], 1.0)[0].uniform_block()[0]
 
 
 @pytest.mark.parametrize("device", DEVICES)
