@@ -174,3 +174,21 @@ def test_the_static_policy_is_not_gated():
         s.add(r)
     run_prefill(s)
     assert [r.state for r in reqs] == [State.RUNNING, State.RUNNING]
+
+
+def test_the_decode_batch_keeps_slot_order_whatever_order_prompts_finish_in():
+    """A short prompt in a higher slot starts decoding before a long one below it; the decode
+    batch still lists rows by slot, as the step's rows lie in the cache."""
+    s = make(n_slots=3, prefill_chunk=512, prefill_budget=1024)
+    long, short, third = request(n_prompt=1500), request(n_prompt=10), request(n_prompt=10)
+    for r in (long, short, third):
+        s.add(r)
+    run_prefill(s)
+    assert short.state is State.RUNNING and long.state is State.PREFILLING
+    while long.state is not State.RUNNING:
+        run_prefill(s)
+    assert long.slot < short.slot < third.slot
+    assert s.decode_batch() == sorted([long, short, third], key=lambda r: r.slot)
+    assert s.decode_rows() == 3
+    s.abort(third.request_id)
+    assert s.decode_batch() == [long, short] and s.decode_rows() == 2
