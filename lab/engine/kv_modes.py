@@ -18,6 +18,7 @@ counters show the cost of a mode without timing it.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from lab.engine.cache import NoKVCache, SlotDynamicCache, StaticKVCache
@@ -124,9 +125,10 @@ class StaticSlots(_SlotMode):
         over exactly the positions the longest of them has."""
         if self.decoder.mode == "eager":
             return self._decode_live(requests, last_token)
-        logits = self.decoder(last_token[:n_rows, None], self._row_positions(requests, n_rows),
-                              max(r.position for r in requests) + 1)
-        return self._rows_of(requests, logits)
+        slots, positions = [r.slot for r in requests], [r.position for r in requests]
+        logits = self.decoder(last_token[:n_rows, None],
+                              self._row_positions(slots, positions, n_rows), max(positions) + 1)
+        return self._rows_of(slots, logits)
 
     @property
     def carried_prefill(self) -> int:
@@ -142,24 +144,29 @@ class StaticSlots(_SlotMode):
         furthest of both needs."""
         tokens, positions = _left_padded([chunk.tokens], [chunk.start], self.max_len - 1,
                                          self.decoder.prefill_tokens)
-        n_keys = max(chunk.stop, *(r.position + 1 for r in requests))
+        slots, at = [r.slot for r in requests], [r.position for r in requests]
         logits, last = self.decoder.with_prefill(
-            last_token[:n_rows, None], self._row_positions(requests, n_rows), n_keys,
+            last_token[:n_rows, None], self._row_positions(slots, at, n_rows),
+            max(chunk.stop, max(at) + 1),
             to_device(tokens, torch.long, self.device),
             to_device(positions, torch.long, self.device),
             to_device([chunk.request.slot], torch.long, self.device))
-        return _completed([chunk], last[:, -1]), self._rows_of(requests, logits)
+        return _completed([chunk], last[:, -1]), self._rows_of(slots, logits)
 
-    def _row_positions(self, requests: list[Request], n_rows: int) -> torch.Tensor:
+    def _row_positions(self, slots: list[int], positions: list[int], n_rows: int
+                       ) -> torch.Tensor:
         """[n_rows, 1]: each request's position in its slot's row, scratch elsewhere."""
-        positions = [self.max_len - 1] * n_rows
-        for r in requests:
-            positions[r.slot] = r.position
-        return to_device(positions, torch.long, self.device)[:, None]
+        rows = np.full(n_rows, self.max_len - 1, dtype=np.int64)
+        rows[slots] = positions
+        return to_device(rows, torch.long, self.device)[:, None]
 
-    def _rows_of(self, requests: list[Request], logits: torch.Tensor) -> torch.Tensor:
-        slots = to_device([r.slot for r in requests], torch.long, self.device)
-        return logits[slots, -1]
+    def _rows_of(self, slots: list[int], logits: torch.Tensor) -> torch.Tensor:
+        """Each request's row of the step's logits: a view where the requests hold slots 0 to
+        n-1 in order (the slot manager packs them low, so most steps), which spares a gather
+        and its index copy every step; a gather elsewhere."""
+        if slots == list(range(len(slots))):
+            return logits[:len(slots), -1]
+        return logits[to_device(slots, torch.long, self.device), -1]
 
     def _decode_live(self, requests: list[Request], last_token: torch.Tensor) -> torch.Tensor:
         """Slots 0..n-1 (the usual case) are a view of the cache; other sets are gathered."""
