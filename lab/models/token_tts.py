@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import torch
 
 from lab.engine.engine import LLMEngine
 from lab.engine.request import SamplingParams
@@ -223,7 +222,7 @@ class TokenTTS:
             utt.meter.tokens += len(out.token_ids)
         frames = utt.assembler.feed(out.token_ids)
         if frames:
-            self.decoder.push(out.request_id, torch.tensor(frames, dtype=torch.long))
+            self.decoder.push(out.request_id, frames)
         if out.finished:
             self.decoder.close(out.request_id)
             if out.finish_reason == "length":

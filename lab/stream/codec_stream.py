@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import heapq
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -160,7 +160,7 @@ class AudioChunk:
 
 @dataclass
 class _Stream:
-    frames: list[torch.Tensor] = field(default_factory=list)
+    codes: np.ndarray | None = None  # the frames so far, at the head of a buffer that doubles
     n_frames: int = 0
     emitted: int = 0
     chunks: int = 0
@@ -183,12 +183,24 @@ class _Stream:
         self.seen = now
         return self.emitted * frame_s - self.played
 
-    def window(self, start: int, stop: int, width: int) -> torch.Tensor:
-        if not self.frames:
-            self.frames = [torch.zeros(0, width, dtype=torch.long)]
-        if len(self.frames) > 1:
-            self.frames = [torch.cat(self.frames)]
-        return self.frames[0][start:stop]
+    def add(self, codes: np.ndarray) -> None:
+        """Append [n, width] frames. A frame or two arrives every step, for hundreds of
+        streams: a buffer that doubles when full writes each in place, where joining small
+        tensors cost the serving thread a few torch calls a frame and a window."""
+        need = self.n_frames + len(codes)
+        if self.codes is None or need > len(self.codes):
+            grown = np.zeros((max(2 * need, 64), codes.shape[1]), dtype=np.int64)
+            if self.codes is not None:
+                grown[:self.n_frames] = self.codes[:self.n_frames]
+            self.codes = grown
+        self.codes[self.n_frames:need] = codes
+        self.n_frames = need
+
+    def window(self, start: int, stop: int, width: int) -> np.ndarray:
+        """Frames [start, stop) of those pushed so far (a view: the batch copies it)."""
+        if self.codes is None:
+            return np.zeros((0, width), dtype=np.int64)
+        return self.codes[start:min(stop, self.n_frames)]
 
 
 @dataclass(frozen=True)
@@ -263,14 +275,15 @@ class StreamingDecoder:
             raise CodecError(f"stream {stream_id!r} is already open")
         self.streams[stream_id] = _Stream()
 
-    def push(self, stream_id: str, frames: torch.Tensor) -> None:
-        """Append [n, 7] code frames to an open stream."""
+    def push(self, stream_id: str, frames: torch.Tensor | list[list[int]]) -> None:
+        """Append [n, 7] code frames (a tensor, or the lists a frame assembler gives) to an
+        open stream."""
         width = self.codec.frame_codes
-        if frames.dim() != 2 or frames.shape[-1] != width:
-            raise CodecError(f"push takes [n, {width}] frames; got {tuple(frames.shape)}")
-        stream = self._stream(stream_id)
-        stream.frames.append(frames.to(torch.long).cpu())
-        stream.n_frames += frames.shape[0]
+        codes = np.asarray(frames.cpu() if isinstance(frames, torch.Tensor) else frames,
+                           dtype=np.int64)
+        if codes.ndim != 2 or codes.shape[-1] != width:
+            raise CodecError(f"push takes [n, {width}] frames; got {codes.shape}")
+        self._stream(stream_id).add(codes)
         self._touched.add(stream_id)
 
     def close(self, stream_id: str) -> None:
@@ -392,7 +405,7 @@ class StreamingDecoder:
                 self._pending.append(_Launched(jobs, torch.zeros(len(jobs), 0), None,
                                                self.clock()))
                 continue
-            frames, at = torch.stack([f for _, f in batch]), self.clock()
+            frames, at = torch.from_numpy(np.array([f for _, f in batch])), self.clock()
             self.decode_calls += 1
             self.decoded_windows += len(jobs)
             self._pending.append(_Launched(jobs, *self._decode(frames), at))

@@ -1,5 +1,6 @@
 """SNAC codec: frame layout, loading errors, and windowed streaming that matches one-shot decode."""
 
+import itertools
 import math
 
 import pytest
@@ -114,6 +115,29 @@ def test_streamed_chunks_join_to_the_one_shot_decode(codec, window, min_snr):
         assert snr_db(ref, joined) >= min_snr
     assert first[0] == window.hop + window.right  # first audio waits for right context only
     assert decoder.decoded_windows > decoder.decode_calls  # streams share decode calls
+
+
+def test_a_long_stream_pushed_as_lists_and_tensors_joins_to_the_one_shot_decode(codec):
+    """A stream longer than the decoder's first buffer of frames (it doubles as they come), fed
+    as the frame assembler's lists and as tensors, a frame or a burst at a time, decodes to
+    the audio of one decode of all its frames."""
+    window, n = StreamWindow(hop=2, left=3, right=3), 150
+    frames, bursts = codes(1, n, seed=5), itertools.cycle([1, 3, 1, 7, 2])
+    decoder = StreamingDecoder(codec, window)
+    decoder.open("s")
+    chunks, pushed = [], 0
+    while pushed < n:
+        part = frames[0, pushed:pushed + min(next(bursts), n - pushed)]
+        decoder.push("s", part.tolist() if pushed % 2 else part)
+        pushed += len(part)
+        if pushed == n:
+            decoder.close("s")
+        chunks += decoder.decode_due()
+    while decoder.busy:  # a stream emits one chunk a launch: drain what the bursts left
+        chunks += decoder.decode_due()
+    joined, ref = torch.cat([c.audio for c in chunks]), codec.decode(frames)[0]
+    assert chunks[-1].final and joined.shape == ref.shape
+    assert snr_db(ref, joined) >= 100.0
 
 
 def test_every_chunk_costs_one_fixed_window_once_warm(codec):
