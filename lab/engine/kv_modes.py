@@ -164,7 +164,7 @@ class StaticSlots(_SlotMode):
         """Each request's row of the step's logits: a view where the requests hold slots 0 to
         n-1 in order (the slot manager packs them low, so most steps), which spares a gather
         and its index copy every step; a gather elsewhere."""
-        if slots == list(range(len(slots))):
+        if _packed(slots):
             return logits[:len(slots), -1]
         return logits[to_device(slots, torch.long, self.device), -1]
 
@@ -174,7 +174,7 @@ class StaticSlots(_SlotMode):
         rows = to_device(slots, torch.long, self.device)
         positions = to_device([[r.position] for r in requests], torch.long, self.device)
         view = self.cache.prefix(max(r.position for r in requests) + 1)
-        contiguous = slots == list(range(len(slots)))
+        contiguous = _packed(slots)
         return self.model(last_token[rows, None], positions, view,
                           rows=None if contiguous else rows, last_only=True)[:, -1]
 
@@ -285,6 +285,12 @@ class Recompute(_EagerSlots):
         slots = to_device([r.slot for r in requests], torch.long, self.device)
         positions = to_device([r.position + 1 for r in requests], torch.long, self.device)
         self.cache.tokens[slots, positions] = tokens
+
+
+def _packed(slots: list[int]) -> bool:
+    """Whether the requests hold slots 0 to n-1 in order: their rows are then a prefix of the
+    cache's or of a step's, a view rather than a gather."""
+    return slots == list(range(len(slots)))
 
 
 KV_MODES = {"static": StaticSlots, "dynamic": DynamicSlots, "none": Recompute}
