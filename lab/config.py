@@ -17,6 +17,7 @@ import yaml
 
 from lab.engine.kv_dtype import KV_DTYPES as _KV_DTYPE_TABLE
 from lab.engine.kv_modes import KV_MODES
+from lab.errors import ConfigError
 from lab.models.registry import FAMILIES
 from lab.quant import COMPILE_MODES as _COMPILE_TABLE
 from lab.quant import DTYPES as _DTYPE_TABLE
@@ -68,10 +69,6 @@ SAMPLING_LIMITS: dict[str, tuple[float, float]] = {
     "repetition_penalty": (0.5, 2.0),
     "max_tokens": (1, 100_000),
 }
-
-
-class ConfigError(ValueError):
-    """A preset or override names an unknown key or holds a bad value."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lab.config import ConfigError
+from lab.errors import ConfigError
 
 
 def resolve_device(name: str | torch.device) -> torch.device:

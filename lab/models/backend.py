@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from lab.errors import ConfigError
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -60,7 +62,7 @@ class Family:
 
     def check(self, config: PipelineConfig) -> None:
         """Refuse a config that moves a knob this family cannot honour off its default."""
-        from lab.config import ConfigError, PipelineConfig
+        from lab.config import PipelineConfig
 
         default = PipelineConfig()
         changed = {k for k in self.unsupported if getattr(config, k) != getattr(default, k)}

@@ -4,7 +4,7 @@ from lab.quality.asr import transcribe
 from lab.quality.audio import AudioError
 from lab.quality.distill_mos import distill_mos
 from lab.quality.fidelity import Fidelity, fidelity, mel_cepstral_distortion
-from lab.quality.mos import MosScores, mos_scores
+from lab.quality.mos import MosScores, mos_fields, mos_label, mos_scores
 from lab.quality.paired import Judgement
 from lab.quality.report import (
     Check,
@@ -14,8 +14,6 @@ from lab.quality.report import (
     compare,
     evaluate,
     mean_scores,
-    mos_fields,
-    mos_label,
 )
 from lab.quality.text_compare import TextCompareError, cer, normalize_text, wer
 from lab.quality.worst import Worst

@@ -18,7 +18,7 @@ P.835 output is mapped through a fitted cubic, and window scores are averaged.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from importlib.resources import files
 
@@ -59,6 +59,21 @@ class MosScores:
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+_LABELS = {"sig": "DNSMOS SIG", "bak": "DNSMOS BAK", "ovrl": "DNSMOS OVRL",
+           "p808": "DNSMOS P.808", "distill": "Distill-MOS"}
+
+
+def mos_fields() -> list[str]:
+    """Every MOS proxy reading, read off `MosScores` so a new proxy is judged without edits."""
+    return [f.name for f in fields(MosScores)]
+
+
+def mos_label(name: str) -> str:
+    """A MOS field's name for people: its `label` metadata, else the proxy's name, else upper."""
+    declared = {f.name: f.metadata.get("label") for f in fields(MosScores)}.get(name)
+    return declared or _LABELS.get(name) or name.replace("_", " ").upper()
 
 
 @dataclass(frozen=True)

@@ -23,15 +23,13 @@ from lab.quality import paired
 from lab.quality.asr import transcribe
 from lab.quality.audio import METER_RATE, prepare
 from lab.quality.fidelity import Fidelity, fidelity
-from lab.quality.mos import MosScores, mos_scores
+from lab.quality.mos import MosScores, mos_fields, mos_label, mos_scores
 from lab.quality.text_compare import Normalizer, TextCompareError, cer, normalize_text, wer
 from lab.quality.worst import Worst, worst_sentences
 
 MOS_TOLERANCE = 0.05
 WER_POINTS = 0.02
 CER_POINTS = 0.02
-_MOS_LABELS = {"sig": "DNSMOS SIG", "bak": "DNSMOS BAK", "ovrl": "DNSMOS OVRL",
-               "p808": "DNSMOS P.808", "distill": "Distill-MOS"}
 _FIDELITY = {"mcd_db": ("MCD (dB)", False), "pesq_wb": ("PESQ-WB", True), "stoi": ("STOI", True)}
 
 
@@ -59,17 +57,6 @@ class QualityScores:
         return cls(mos=MosScores(**data["mos"]), wer=data["wer"], cer=data["cer"],
                    transcript=data["transcript"],
                    fidelity=None if fid is None else Fidelity(**fid), text=data.get("text", ""))
-
-
-def mos_fields() -> list[str]:
-    """Every MOS proxy reading, read off `MosScores` so a new proxy is judged without edits."""
-    return [f.name for f in fields(MosScores)]
-
-
-def mos_label(name: str) -> str:
-    """A MOS field's name for people: its `label` metadata, else the proxy's name, else upper."""
-    declared = {f.name: f.metadata.get("label") for f in fields(MosScores)}.get(name)
-    return declared or _MOS_LABELS.get(name) or name.replace("_", " ").upper()
 
 
 @dataclass(frozen=True)

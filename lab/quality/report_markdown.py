@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lab.quality import paired
+from lab.quality.mos import mos_label
 from lab.quality.worst import MIN_MOS_DROP
 
 if TYPE_CHECKING:
@@ -57,8 +58,6 @@ def worst_markdown(report: QualityReport, audio: dict[int, dict[str, str]] | Non
     worst = report.worst(k)
     if not worst:
         return ["**Worst sentences:** none got worse on WER or on any MOS proxy."]
-    from lab.quality.report import mos_label
-
     head = "| # | Why | Text | Baseline heard | Candidate heard | WER change | Largest MOS drop |"
     lines = ["**Worst sentences** (largest WER growth, largest MOS drop):", "",
              head + " Audio |" * bool(audio), "|---" * (7 + bool(audio)) + "|"]

@@ -26,7 +26,8 @@ import numpy as np
 
 from lab.data_dir import data_dir
 from lab.quality.fidelity import Fidelity
-from lab.quality.report import QualityScores, mos_fields
+from lab.quality.mos import mos_fields
+from lab.quality.report import QualityScores
 
 CACHE_VERSION = 1
 """Bump when a meter's procedure changes; every old entry then misses."""
