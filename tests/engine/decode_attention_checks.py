@@ -1,5 +1,5 @@
 """Checks of the real-length decode attention kernel, run by `test_decode_attention.py`
-through `tests/kernels.py` (on a GPU, or on a CPU under Triton's interpreter)."""
+through `tests/kernel_checks.py` (on a GPU, or on a CPU under Triton's interpreter)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Checks of the norm + one-row projection kernel, run by `test_norm_matvec.py` through
-`tests/kernels.py` (on a GPU, or on a CPU under Triton's interpreter)."""
+`tests/kernel_checks.py` (on a GPU, or on a CPU under Triton's interpreter)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from lab.engine.norm_matvec import normed_linear
 from lab.quant.matvec import Tiles, launch, tiles_for
-from tests.kernels import OpCalls
+from tests.kernel_checks import OpCalls
 
 
 def _plain(x, w, g=None, eps=0.0, scale=None) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """Checks of the rotate-and-write kernel, run by `test_rope_write.py` through
-`tests/kernels.py` (on a GPU, or on a CPU under Triton's interpreter)."""
+`tests/kernel_checks.py` (on a GPU, or on a CPU under Triton's interpreter)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from lab.engine.cache import StaticKVCache
 from lab.engine.llm import apply_rope, call_block
 from lab.engine.rope_write import reference, rope_write
-from tests.kernels import OpCalls
+from tests.kernel_checks import OpCalls
 
 
 def _tables(positions: torch.Tensor, head_dim: int):

@@ -1,4 +1,4 @@
-"""Checks of the SwiGLU kernel, run by `test_swiglu.py` through `tests/kernels.py` (on a GPU,
+"""Checks of the SwiGLU kernel, run by `test_swiglu.py` through `tests/kernel_checks.py` (on a GPU,
 or on a CPU under Triton's interpreter, where the op runs the kernel on CPU tensors)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from lab.engine.swiglu import BLOCK, swiglu
-from tests.kernels import OpCalls
+from tests.kernel_checks import OpCalls
 
 
 def _plain(h: torch.Tensor) -> torch.Tensor:

@@ -1,12 +1,12 @@
 """The real-length decode attention kernel gives what the key bucket's attention gives (the
 checks are in `decode_attention_checks.py`; without a GPU they run under Triton's
-interpreter, see `tests/kernels.py`)."""
+interpreter, see `tests/kernel_checks.py`)."""
 
 from pathlib import Path
 
 import pytest
 
-from tests.kernels import run_check
+from tests.kernel_checks import run_check
 
 CHECKS = Path(__file__).with_name("decode_attention_checks.py")
 

@@ -1,6 +1,6 @@
 """A single token's RMSNorm and the projection after it run as one kernel (checks in
 `norm_matvec_checks.py`; without a GPU they run under Triton's interpreter, see
-`tests/kernels.py`); elsewhere, and where a gradient is needed, as the two modules."""
+`tests/kernel_checks.py`); elsewhere, and where a gradient is needed, as the two modules."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import torch
 from lab.engine.llm import Block, LMConfig
 from lab.engine.norm_matvec import normed_linear
 from lab.quant import triton_site
-from tests.kernels import OpCalls, run_check
+from tests.kernel_checks import OpCalls, run_check
 
 CHECKS = Path(__file__).with_name("norm_matvec_checks.py")
 CFG = LMConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1,

@@ -1,6 +1,6 @@
 """A decode step rotates q and k as it writes K/V, in one kernel (checks in
 `rope_write_checks.py`; without a GPU they run under Triton's interpreter, see
-`tests/kernels.py`); an fp8 cache and a step that is not a real-lengths decode keep the
+`tests/kernel_checks.py`); an fp8 cache and a step that is not a real-lengths decode keep the
 unfused path."""
 
 from pathlib import Path
@@ -9,7 +9,7 @@ import torch
 
 from lab.engine.cache import StaticLayer
 from lab.engine.llm import Attention, LMConfig
-from tests.kernels import run_check
+from tests.kernel_checks import run_check
 
 CHECKS = Path(__file__).with_name("rope_write_checks.py")
 CFG = LMConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1,

@@ -1,6 +1,6 @@
 """The MLP's SwiGLU runs as one kernel that a compiled step calls (checks in
 `swiglu_checks.py`; without a GPU they run under Triton's interpreter, see
-`tests/kernels.py`), and as the plain expression where a gradient is needed."""
+`tests/kernel_checks.py`), and as the plain expression where a gradient is needed."""
 
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from lab.engine import swiglu as swiglu_module
 from lab.quant import triton_site
-from tests.kernels import OpCalls, run_check
+from tests.kernel_checks import OpCalls, run_check
 
 CHECKS = Path(__file__).with_name("swiglu_checks.py")
 

@@ -1,4 +1,4 @@
-"""Checks of the snake kernel, run by `test_snake.py` through `tests/kernels.py` (on a GPU,
+"""Checks of the snake kernel, run by `test_snake.py` through `tests/kernel_checks.py` (on a GPU,
 or on a CPU under Triton's interpreter, where `snake` runs the kernel on CPU tensors)."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from lab.models.snac_codec import (
     strip_noise,
 )
 from lab.models.snake import Snake, fuse_snake, snake, snake_reference
-from tests.kernels import run_check
+from tests.kernel_checks import run_check
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
@@ -87,5 +87,5 @@ def test_the_codec_decodes_as_the_unswapped_snac_model(device):
 
 def test_the_kernel_itself_matches_the_reference():
     """The Triton kernel, not the eager formula a CPU falls back on: on a GPU, or under
-    Triton's interpreter on a CPU (`tests/kernels.py`)."""
+    Triton's interpreter on a CPU (`tests/kernel_checks.py`)."""
     run_check(Path(__file__).with_name("snake_checks.py"), "kernel_matches_reference")

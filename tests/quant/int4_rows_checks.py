@@ -1,4 +1,4 @@
-"""Checks of the int4 rows kernel, run by `test_int4_rows.py` through `tests/kernels.py` (on a
+"""Checks of the int4 rows kernel, run by `test_int4_rows.py` through `tests/kernel_checks.py` (on a
 GPU, or on a CPU under Triton's interpreter, where the op runs the kernel on CPU tensors)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from lab.quant import int4_rows
-from tests.kernels import OpCalls
+from tests.kernel_checks import OpCalls
 
 
 def _plain(n: int, k: int, group: int, device: str) -> int4_rows.PlainInt4:

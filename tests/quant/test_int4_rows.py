@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from lab.quant import int4_rows, triton_site
-from tests.kernels import run_check
+from tests.kernel_checks import run_check
 
 CHECKS = Path(__file__).with_name("int4_rows_checks.py")
 
 
 def test_the_kernel_matches_the_float_product_of_its_int4_weights():
-    """On a GPU here, on a CPU under Triton's interpreter (`tests/kernels.py`)."""
+    """On a GPU here, on a CPU under Triton's interpreter (`tests/kernel_checks.py`)."""
     run_check(CHECKS, "kernel_matches_reference")
 
 

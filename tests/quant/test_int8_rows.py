@@ -11,13 +11,13 @@ import torch
 
 from lab.engine import load_lm
 from lab.quant import apply_precision, int8_rows, triton_site
-from tests.kernels import run_check
+from tests.kernel_checks import run_check
 
 CHECKS = Path(__file__).with_name("int8_rows_checks.py")
 
 
 def test_the_kernel_matches_the_float_product_of_its_int8_weights():
-    """On a GPU here, on a CPU under Triton's interpreter (`tests/kernels.py`)."""
+    """On a GPU here, on a CPU under Triton's interpreter (`tests/kernel_checks.py`)."""
     run_check(CHECKS, "kernel_matches_reference_everywhere")
 
 
