@@ -21,7 +21,7 @@ from lab.models.token_backend import LM_PLAN
 from lab.quality import fidelity
 from lab.quant.plan import StaticParts, apply_knobs
 from lab.quant.precision import DTYPES, unsupported_reason
-from lab.quant.pt2e import agreement_db, quantize_static_int8
+from lab.quant.pt2e import activations_saturate, agreement_db, quantize_static_int8
 
 CPU = torch.device("cpu")
 
@@ -29,6 +29,16 @@ CPU = torch.device("cpu")
 def _vocode(backend: PiperBackend, latents: list) -> list:
     with torch.inference_mode():
         return [backend.model.vocode(lat.z, lat.mask)[0].float().numpy() for lat in latents]
+
+
+def _agreement_floor() -> tuple[float, float]:
+    """The least agreement (dB) and PESQ-WB an int8 take must keep against the fp32 one, for
+    the activations this CPU's kernels take. Measured on these sentences: with 8-bit ones
+    (VNNI), PESQ 4.1-4.2 and 15-21 dB; with 7-bit ones (no VNNI, `activations_saturate`),
+    PESQ 3.49-3.67 and 12.7-15.4 dB, one bit less. Either floor stays far above a broken
+    kernel: noise at 10 dB SNR scores PESQ under 2, and a kernel that saturates, or reads its
+    input with the wrong strides, scores below 0 dB."""
+    return (10.0, 3.2) if activations_saturate() else (12.0, 3.5)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
@@ -51,18 +61,17 @@ def test_the_int8_vocoder_sounds_like_fp32_and_runs_int8_kernels(dtype):
     assert report.quantized == [f"dec.{layer}" for layer in done.quantized]
     # The upsampling layers run as plain convolutions (`FrameUpsample`), so they are int8 too.
     assert "conv_post" not in done.quantized and "ups.2" in done.quantized
+    min_db, min_pesq = _agreement_floor()
     for take, ref in zip(_vocode(backend, latents), reference, strict=True):
-        # Measured: PESQ 4.1-4.2 and 15-21 dB. Noise at 10 dB SNR scores PESQ under 2; a
-        # kernel that saturates, or reads its input with the wrong strides, scores below 0 dB.
-        assert agreement_db(torch.from_numpy(take), torch.from_numpy(ref)) > 12
+        assert agreement_db(torch.from_numpy(take), torch.from_numpy(ref)) > min_db
         scores = fidelity(take, ref, backend.sample_rate)
-        assert scores.pesq_wb > 3.5 and scores.stoi > 0.95
+        assert scores.pesq_wb > min_pesq and scores.stoi > 0.95
     # A sentence whose frames fill its padded length exactly reaches the vocoder unmasked.
     lat, ref = latents[0], reference[0]
     n = int(lat.lengths[0])
     with torch.inference_mode():
         whole = backend.model.vocode(lat.z[..., :n], lat.mask[..., :n])[0].float()
-    assert agreement_db(whole, torch.from_numpy(ref[: len(whole)])) > 12
+    assert agreement_db(whole, torch.from_numpy(ref[: len(whole)])) > min_db
 
 
 def test_a_1d_convolution_is_quantized_and_reads_time_major_frames_right():
