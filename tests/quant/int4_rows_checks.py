@@ -1,5 +1,5 @@
-"""Checks of the int4 rows kernel, run by `test_int4_rows.py` through `tests/kernel_checks.py` (on a
-GPU, or on a CPU under Triton's interpreter, where the op runs the kernel on CPU tensors)."""
+"""Checks of the int4 rows kernel, run by `test_int4_rows.py` through `tests/kernel_checks.py` (on
+a GPU, or on a CPU under Triton's interpreter, where the op runs the kernel on CPU tensors)."""
 
 from __future__ import annotations
 
