@@ -39,27 +39,30 @@ def test_a_padded_sentence_sounds_as_it_does_unpadded():
     assert abs(audio - plain).max() < 1e-4 * abs(plain).max()
 
 
-def test_a_cpu_vocodes_each_sentence_of_a_batch_over_its_own_span():
+def test_a_cpu_vocodes_a_batch_in_groups_that_share_a_span():
     """In a padded batch every sentence would pay for the longest one's frames; on a CPU the
-    vocoder takes them one at a time, each over its own padded span, with the sound each has
-    alone."""
-    backend = PiperBackend.load(PipelineConfig(device="cpu", stream=False, batch_size=2),
+    vocoder takes together only the sentences whose padded spans are equal, each group over
+    its span, with the sound each sentence has alone."""
+    backend = PiperBackend.load(PipelineConfig(device="cpu", stream=False, batch_size=3),
                                 torch.device("cpu"))
     ids = [backend.prepare(text)[0][0] for text in (
         "Short one.",
-        "This second sentence is a good deal longer than the first, so it has more frames.")]
+        "This second sentence is a good deal longer than the first, so it has more frames.",
+        "Short one.")]
+    seeds = [3, 4, 3]
     seen = []
     hook = backend.model.dec.register_forward_pre_hook(
         lambda _module, args: seen.append(tuple(args[0].shape)))
     try:
-        batched = backend._batch(ids, [3, 4], StageTimer("cpu"))
-        spans = [z[-1] for z in seen]
+        batched = backend._batch(ids, seeds, StageTimer("cpu"))
+        calls = list(seen)
         seen.clear()
         alone = [backend._batch([one], [seed], StageTimer("cpu"))[0]
-                 for one, seed in zip(ids, [3, 4], strict=True)]
+                 for one, seed in zip(ids, seeds, strict=True)]
     finally:
         hook.remove()
-    assert [z[0] for z in seen] == [1, 1] and spans == [z[-1] for z in seen], (spans, seen)
-    assert spans[0] < spans[1] and all(n == padded_length(n, FRAME_STEP) for n in spans)
+    short, long = seen[0][-1], seen[1][-1]
+    assert short < long and all(n == padded_length(n, FRAME_STEP) for n in (short, long))
+    assert [(z[0], z[-1]) for z in calls] == [(2, short), (1, long)], calls
     for got, want in zip(batched, alone, strict=True):
         assert len(got) == len(want) and abs(got - want).max() < 1e-4 * abs(want).max()
