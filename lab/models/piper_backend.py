@@ -147,8 +147,8 @@ class PiperBackend:
     def _calibrate(self) -> None:
         """What int8-static calibrates on: two sentences of the lab's edge set (money and
         abbreviations; none of the short or medium sentences quality is judged on), rendered
-        as requests render them, one by one, and as a padded batch when batches hold several
-        sentences."""
+        as requests render them: one by one, and as a batch when batches hold several
+        sentences (the flow then runs on a padded batch, the vocoder on `_vocode`'s groups)."""
         edge = sentence_set("edge")
         ids = [i for line in CALIBRATION_LINES for i in self.prepare(edge[line])[0]]
         timer = StageTimer(self.device)
