@@ -52,6 +52,7 @@ from lab.engine import generate, hf_generate, norm_matvec, to_hf_model
 from lab.engine.graphs import default_key_buckets
 from lab.models.orpheus_format import AudioTokenConstraint, OrpheusError, OrpheusLayout
 from lab.quant import apply_precision
+from lab.quant.precision import is_plain
 from lab.quant.triton_site import runs_kernels
 
 COLD = "transformers generate, dynamic cache (cold)"
@@ -173,7 +174,8 @@ def served_model(args, device, quant: str, fold: bool = True, rope: bool = True)
     norms = ""
     if norm_matvec.reads(lm.layers[0].attn.qkv.weight, lm.embed.weight.dtype):
         folded = fold and runs_kernels(lm.embed.weight)
-        norms = (", one-token norms in their projections' kernel" if folded
+        sums = " and residual sums" if is_plain(lm.layers[0].attn.o.weight) else ""
+        norms = (f", one-token norms{sums} in the lab's one-row kernel" if folded
                  else ", norms apart from their projections")
     return lm, f"lab as served, {precision}, compiled block + CUDA graph{head}{attention}{norms}"
 

@@ -17,10 +17,11 @@ from torch import nn
 
 from lab.engine.cache import StaticLayer, read_static, write_kv, write_static
 from lab.engine.decode_attention import check_decode_attention, decode_attention
-from lab.engine.norm_matvec import normed_linear
+from lab.engine.norm_matvec import normed_linear, residual_linear
 from lab.engine.rope_write import rope_write
 from lab.engine.swiglu import swiglu
 from lab.quant import int8_rows
+from lab.quant.precision import is_plain
 
 
 @dataclass(frozen=True)
@@ -149,20 +150,23 @@ class Attention(nn.Module):
         self.fuses_rope = True  # and rotate q and k as they write the cache (`rope_write`)
 
     def forward(self, x, norm, cos, sin, bias, positions, slot_index, contiguous, kv):
-        """Attention over `norm(x)`: the block's norm comes in so that a single token's norm
-        and q/k/v projection can run as one kernel (`normed_linear`)."""
+        """x plus attention over `norm(x)`: the block's norm comes in so that a single token's
+        norm and q/k/v projection can run as one kernel (`normed_linear`), and the residual x
+        so that its sum with the output projection can (`residual_linear`)."""
         if self._rotates_as_it_writes(x.shape[1], contiguous, kv):
-            return self.o(self._attend_rotated(x, norm, cos, sin, positions, kv, bias.shape[-1]))
-        q, k, v = self._project(x, norm, cos, sin)
-        return self.o(self._attend(q, k, v, bias, positions, slot_index, contiguous, kv))
+            y = self._attend_rotated(x, norm, cos, sin, positions, kv, bias.shape[-1])
+        else:
+            q, k, v = self._project(x, norm, cos, sin)
+            y = self._attend(q, k, v, bias, positions, slot_index, contiguous, kv)
+        return residual_linear(x, y, self.o)
 
     def forward_mixed(self, x, norm, cos, sin, bias, positions, pre_bias, pre_positions,
                       pre_rows, kv):
-        """Decode rows and prefill rows packed along one token axis: x is [B + R*T, dim], the
-        first B tokens one per cache row 0..B-1 (`positions` [B, 1]), then R prompt chunks of T
-        tokens for cache rows `pre_rows` (`pre_positions` [R, T]). The projections run once
-        over all tokens (the weights are read once); only attention is split, since each part
-        reads its own rows of the cache.
+        """`forward` for decode rows and prefill rows packed along one token axis: x is
+        [B + R*T, dim], the first B tokens one per cache row 0..B-1 (`positions` [B, 1]), then
+        R prompt chunks of T tokens for cache rows `pre_rows` (`pre_positions` [R, T]). The
+        projections run once over all tokens (the weights are read once); only attention is
+        split, since each part reads its own rows of the cache.
 
         The chunks' K/V go into the cache before the decode rows attend: under torch.compile a
         cache write that follows the decode kernel's read of that cache makes Inductor copy the
@@ -175,7 +179,7 @@ class Attention(nn.Module):
         decode = self._attend(q[:b], k[:b], v[:b], bias, positions, None, True, kv)
         keys = read_static(kv, pre_rows, False, pre_bias.shape[-1], q.dtype)
         prefill = self._grouped_attention(pre_q, *keys, pre_bias)
-        return self.o(torch.cat((decode.reshape(b, -1), prefill.reshape(r * t, -1))))
+        return x + self.o(torch.cat((decode.reshape(b, -1), prefill.reshape(r * t, -1))))
 
     def _project(self, x, norm, cos, sin):
         """q, k and v [B, T, heads, hd] of tokens x [B, T, dim] after `norm`, q and k
@@ -255,8 +259,8 @@ class MLP(nn.Module):
         self.down = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor, norm: RMSNorm) -> torch.Tensor:
-        """The MLP of `norm(x)`; the norm comes in as for `Attention.forward`."""
-        return self.down(swiglu(normed_linear(x, norm, self.gate_up)))
+        """x plus the MLP of `norm(x)`; the norm and x come in as for `Attention.forward`."""
+        return residual_linear(x, swiglu(normed_linear(x, norm, self.gate_up)), self.down)
 
 
 class Block(nn.Module):
@@ -274,8 +278,8 @@ class Block(nn.Module):
         """`attn_args` are the attention's: `Attention.forward`'s, or with `mixed` (x packs
         decode and prefill tokens on one axis) `Attention.forward_mixed`'s."""
         attend = self.attn.forward_mixed if mixed else self.attn
-        x = x + attend(x, self.attn_norm, cos, sin, *attn_args)
-        return x + self.mlp(x, self.mlp_norm)
+        x = attend(x, self.attn_norm, cos, sin, *attn_args)
+        return self.mlp(x, self.mlp_norm)
 
 
 def attention_bias(positions, key_positions, group: int, dtype) -> torch.Tensor:
@@ -296,10 +300,17 @@ class NarrowedHead(nn.Module):
     not a parameter: the full head stays the one parameter that owns (and counts) the memory.
     """
 
+    bias = None
+
     def __init__(self, full: nn.Linear, start: int, stop: int) -> None:
         super().__init__()
         self.full = full
         self.rows = full.weight[start:stop]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The rows it computes, for the one-token kernel (`normed_linear`)."""
+        return self.rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return int8_rows.linear(x, self.rows)
@@ -325,7 +336,12 @@ def call_mixed_block(block: Block, *args) -> torch.Tensor:
     return block(*args, mixed=True)
 
 
-def call_head(norm: RMSNorm, head: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+def call_head(norm: RMSNorm, head: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The final norm and the head: for one token of a float head, one kernel
+    (`normed_linear`); an int8 head keeps Inductor's product (on an H100 the int8 step took
+    1.78 ms so, 1.81 with the head in the one-row kernel)."""
+    if is_plain(head.weight):
+        return normed_linear(x, norm, head)
     return head(norm(x))
 
 
@@ -405,8 +421,10 @@ class LM(nn.Module):
             layer.attn.fuses_rope = on
 
     def fold_norms(self, on: bool) -> None:
-        """Whether each block's two norms run inside the projections after them for a single
-        token (the default), or apart: what a benchmark sets to time one against the other."""
+        """Whether each block's two norms, and the final one, run inside the projections after
+        them for a single token (the default), or apart: what a benchmark sets to time one
+        against the other."""
+        self.norm.folds = on
         for layer in self.layers:
             layer.attn_norm.folds = layer.mlp_norm.folds = on
 

@@ -1,4 +1,6 @@
-"""A single token's RMSNorm and the projection after it, as one kernel (`lab.quant.matvec`).
+"""A single token's RMSNorm and the projection after it, as one kernel (`lab.quant.matvec`);
+and a single token's projections that add to the residual stream, with that sum, through the
+same kernel.
 
 The norm's statistic needs the whole row, and so does every output of the product, which
 streams the row across its columns anyway: the kernel sums the squares on the way and scales
@@ -35,14 +37,14 @@ def reads(weight: torch.Tensor, dtype: torch.dtype) -> bool:
     return _operands(weight, dtype) is not None
 
 
-def _folded(x: torch.Tensor, norm: nn.Module, linear: nn.Module):
-    """The kernel's (weights, scale) where `linear(norm(x))` runs as the kernel, else None:
-    the norm allows it (its `folds`), one token, a kernel to run it, no gradient wanted, and a
-    linear layer without bias whose weight the kernel reads (`_operands`; other quantized
-    weights have kernels of their own)."""
-    if (norm.folds and x.numel() == x.shape[-1] and runs_kernels(x)
-            and not torch.is_grad_enabled() and isinstance(linear, nn.Linear)
-            and linear.bias is None):
+def _folded(x: torch.Tensor, norm: nn.Module | None, linear: nn.Module):
+    """The kernel's (weights, scale) where `linear(norm(x))` (or `linear(x)` without a norm)
+    runs as the kernel, else None: the norm allows it (its `folds`), one token, a kernel to
+    run it, no gradient wanted, and a layer without bias whose weight the kernel reads
+    (`_operands`; other quantized weights have kernels of their own). A layer is anything with
+    a `weight` and a `bias` of None, as a narrowed head is."""
+    if ((norm is None or norm.folds) and x.numel() == x.shape[-1] and runs_kernels(x)
+            and not torch.is_grad_enabled() and getattr(linear, "bias", 0) is None):
         return _operands(linear.weight, x.dtype)
     return None
 
@@ -56,3 +58,15 @@ def normed_linear(x: torch.Tensor, norm: nn.Module, linear: nn.Module) -> torch.
     weights, scale = operands
     y = matvec(x.reshape(1, -1), weights, norm.weight, scale, norm.eps)
     return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def residual_linear(residual: torch.Tensor, x: torch.Tensor, linear: nn.Module) -> torch.Tensor:
+    """`residual + linear(x)`, as one kernel for a single token of a float weight where
+    `_folded` allows: cuBLAS folds the sum into its product (Inductor calls addmm), a custom
+    op does not, so the kernel adds it as it stores. int8 weights stay with Inductor's own
+    product, which also folds the sum."""
+    operands = _folded(x, None, linear)
+    if operands is None or operands[1] is not None:
+        return residual + linear(x)
+    y = matvec(x.reshape(1, -1), operands[0], None, None, 0.0, residual.reshape(1, -1))
+    return y.reshape(residual.shape)

@@ -50,7 +50,11 @@ from lab.quant.triton_site import TensorDescriptor, copies_tiles, runs_kernels, 
 # From 8 rows the kernel, with its 16-row tiles (`tiles`): on an H200, one Orpheus-3B block's
 # four linears took 70 us through it at 8 rows against tinygemm's 86, and 70 against 57 at 4
 # rows (a one-off probe, each layer alone, 8 weight copies in one CUDA graph). With 64-row
-# tiles, tinygemm had won up to 12 rows on an H100 (`linear_kernels_int4_split_few.md`).
+# tiles, tinygemm had won up to 12 rows on an H100 (`linear_kernels_int4_split_few.md`). One
+# row stays with tinygemm too: a one-row Triton kernel over the plain copy (no tensor cores; each
+# group's sums scaled once, or each weight rebuilt first; 2-32 outputs and 256-2048 columns a
+# program) ran 1.2-1.6 times as long as tinygemm on every Orpheus-3B layer in a one-off H100
+# probe (the four linears of a block 43 us through tinygemm; gate/up 23.6 us against 17.4).
 MIN_ROWS = 8
 FEW = 16  # rows up to which a tile is 16 rows tall (`tiles`)
 HALF = 32  # rows up to which a tile is 32 rows tall

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lab.engine.norm_matvec import normed_linear
+from lab.engine.norm_matvec import normed_linear, residual_linear
 from lab.quant.matvec import Tiles, launch, tiles_for
 from tests.kernel_checks import OpCalls
 
@@ -21,9 +21,10 @@ def _plain(x, w, g=None, eps=0.0, scale=None) -> torch.Tensor:
 
 
 def kernel_matches_the_expression(device: str) -> None:
-    """Outputs and columns below, at and past a tile, several tile shapes, in bf16 and fp32
-    with a float weight, with a norm or without, through the op; a row far from unit scale,
-    as residual streams are."""
+    """Outputs and columns below, at and past a tile, several tile shapes, products piled or
+    summed per load, in bf16 and fp32 with a float weight, with a norm or without, with a
+    residual added or not, through the op; a row far from unit scale, as residual streams
+    are."""
     gen = torch.Generator().manual_seed(0)
     big = tiles_for(16384)
     for n, k in ((5, 40), (big.rows * 3, big.cols), (37, big.cols + 72)):
@@ -39,9 +40,14 @@ def kernel_matches_the_expression(device: str) -> None:
                 assert got.shape == (1, n) and got.dtype == dtype
                 close = {"rtol": tol, "atol": tol * want.abs().max().item()}
                 torch.testing.assert_close(got[0].double().cpu(), want, **close)
-                for tiles in (Tiles(rows=1, cols=32), Tiles(rows=16, cols=64, warps=2), big):
+                for tiles in (Tiles(rows=1, cols=32), Tiles(rows=16, cols=64, warps=2), big,
+                              Tiles(rows=4, cols=64, pile=False)):
                     torch.testing.assert_close(
                         launch(xs, ws, gs, 1e-5, tiles=tiles).double().cpu(), want, **close)
+                r = torch.randn(n, generator=gen)
+                got = launch(xs, ws, gs, 1e-5, residual=r.to(device, dtype))
+                torch.testing.assert_close(got.double().cpu(), want + r.to(dtype).double(),
+                                           **close)
         torch.library.opcheck(torch.ops.lab.matvec.default,
                               (x[None].to(device), w.to(device), g.to(device), None, 1e-5))
 
@@ -71,9 +77,10 @@ def int8_weights_are_widened_and_scaled(device: str) -> None:
 
 
 def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
-    """A block's MLP on one token computes its norm and gate/up product through the op, as
-    the plain modules would, and compiled gives what eager gives; two tokens, or a norm told
-    not to fold, take the norm and the linear apart."""
+    """A block's MLP on one token computes its norm and gate/up product, then its down
+    projection with the residual sum, through the op, as the plain modules would, and compiled
+    gives what eager gives; two tokens, or a norm told not to fold, take the norm and the
+    linear apart."""
     from lab.engine.llm import Block, LMConfig
 
     cfg = LMConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1,
@@ -86,8 +93,8 @@ def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
     with torch.no_grad(), OpCalls(torch.ops.lab.matvec.default) as calls:
         folded = mlp(x, norm)
         gate, up = mlp.gate_up(norm(x)).chunk(2, dim=-1)
-        want = mlp.down(F.silu(gate) * up)
-    assert calls.rows == [1]
+        want = x + mlp.down(F.silu(gate) * up)
+    assert calls.rows == [1, 1]
     torch.testing.assert_close(folded, want, rtol=1e-4, atol=1e-4)
     with torch.no_grad():
         got = torch.compile(mlp, fullgraph=True)(x, norm)
@@ -104,7 +111,39 @@ def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
     torch.testing.assert_close(apart, block.attn.qkv(block.attn_norm(x)))
 
 
+def a_narrowed_head_takes_the_final_norm(device: str) -> None:
+    """One token's logits through a narrowed head are one call of the op, the final norm in
+    it, equal to the full head's columns after the norm; with the norms apart the head's own
+    product runs; a layer with a bias never takes the op for its residual sum."""
+    from lab.engine.llm import LM, LMConfig, call_head
+
+    cfg = LMConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                   intermediate_size=48, max_seq_len=16)
+    torch.manual_seed(0)
+    lm = LM(cfg).to(device).eval()
+    lm.norm.weight.data.uniform_(0.5, 1.5)
+    x = 10 * torch.randn(1, 1, cfg.dim, device=device)
+    with torch.no_grad():
+        want = lm.lm_head(lm.norm(x))[..., 8:40]
+        lm.narrow_head(8, 40)
+        with OpCalls(torch.ops.lab.matvec.default) as calls:
+            got = call_head(lm.norm, lm.lm_head, x)
+        assert calls.rows == [1] and got.shape == (1, 1, 32)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        lm.fold_norms(False)
+        with OpCalls(torch.ops.lab.matvec.default) as calls:
+            apart = call_head(lm.norm, lm.lm_head, x)
+        assert calls.rows == []
+        torch.testing.assert_close(apart, want, rtol=1e-4, atol=1e-4)
+        biased, r = torch.nn.Linear(cfg.dim, 8).to(device), torch.randn(1, 1, 8, device=device)
+        with OpCalls(torch.ops.lab.matvec.default) as calls:
+            y = residual_linear(r, x, biased)
+        assert calls.rows == []
+        torch.testing.assert_close(y, r + biased(x))
+
+
 def all_checks(device: str) -> None:
     kernel_matches_the_expression(device)
     int8_weights_are_widened_and_scaled(device)
     one_token_folds_its_norm_compiled_or_not(device)
+    a_narrowed_head_takes_the_final_norm(device)
