@@ -62,9 +62,10 @@ def normed_linear(x: torch.Tensor, norm: nn.Module, linear: nn.Module) -> torch.
 
 def residual_linear(residual: torch.Tensor, x: torch.Tensor, linear: nn.Module) -> torch.Tensor:
     """`residual + linear(x)`, as one kernel for a single token of a float weight where
-    `_folded` allows: cuBLAS folds the sum into its product (Inductor calls addmm), a custom
-    op does not, so the kernel adds it as it stores. int8 weights stay with Inductor's own
-    product, which also folds the sum."""
+    `_folded` allows. Compiled, Inductor fuses the sum into its own one-row product, but not
+    into a custom op, so the kernel adds it as it stores: without it the sums cost 56 kernels
+    a step of the Orpheus-3B shape (`results/peers_h100_one_row.md`). int8 weights keep
+    Inductor's product, which measured faster for them."""
     operands = _folded(x, None, linear)
     if operands is None or operands[1] is not None:
         return residual + linear(x)

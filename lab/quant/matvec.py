@@ -10,13 +10,12 @@ Inductor's one-row product picks its launch settings by timing them as it compil
 same step came out at 1.67 ms in one build and 2.30 in another on the same kind of GPU.
 
 Here each program streams `ROWS` outputs' weights across the row's columns, widening int8 in
-registers. Without a norm it also takes the one-row products cuBLAS would compute (there, the
-attention output and down projections read their weights at 53% and 76% of copy bandwidth
-through cuBLAS: `tiles_for`). With a norm it
-sums the row's squares on the way and scales its outputs once at the end,
-y = s * W (g * x) / sqrt(mean(x^2) + eps). The normalized row is never rounded to the weights'
-dtype, so outputs differ from norm-then-matmul by that rounding alone. The launch shape is the
-lab's, so a build does not change it.
+registers. With a norm it sums the row's squares on the way and scales its outputs once at the
+end, y = s * W (g * x) / sqrt(mean(x^2) + eps). The normalized row is never rounded to the
+weights' dtype, so outputs differ from norm-then-matmul by that rounding alone. Without a norm
+it takes the float one-row products that add to the residual stream, and adds that sum as it
+stores, as Inductor's own one-row products do (see `lab.engine.norm_matvec`). The launch shape
+is the lab's, so a build does not change it.
 
 More rows make the product a matrix product, which cuBLAS, Inductor's templates or the lab's
 row kernels (`int8_rows`, `int4_rows`) read once for all rows.
@@ -52,7 +51,7 @@ def tiles_for(n: int, weight_bytes: int = 2) -> Tiles:
 
     Float weights: 2 outputs a program, 1024 columns a load. On an H100 (a one-off probe, each
     Orpheus-3B layer alone, one bf16 row, 8 weight copies in one CUDA graph, 78 shapes tried a
-    layer: rows 1-8, cols 256-1024, warps 2-8) this shape came within 0.5 us of each layer's
+    layer: rows 1-8, cols 256-1024, warps 2-8) this shape came within 0.6 us of each layer's
     fastest: q/k/v with its norm 13.0 us (13.2 with a sum per load at 4 x 512), the attention
     output 8.3 (cuBLAS 11.8), gate/up with its norm 35.1 (35.2), down 18.9 (cuBLAS 22.2), the
     narrowed head with the final norm 58.7 (cuBLAS, without the norm, 62.4).
