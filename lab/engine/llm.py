@@ -21,7 +21,6 @@ from lab.engine.norm_matvec import normed_linear, residual_linear
 from lab.engine.rope_write import rope_write
 from lab.engine.swiglu import swiglu
 from lab.quant import int8_rows
-from lab.quant.precision import is_plain
 
 
 @dataclass(frozen=True)
@@ -340,9 +339,7 @@ def call_head(norm: RMSNorm, head: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The final norm and the head: for one token of a float head, one kernel
     (`normed_linear`); an int8 head keeps Inductor's product (on an H100 the int8 step took
     1.78 ms so, 1.81 with the head in the one-row kernel)."""
-    if is_plain(head.weight):
-        return normed_linear(x, norm, head)
-    return head(norm(x))
+    return normed_linear(x, norm, head, int8=False)
 
 
 class LM(nn.Module):
