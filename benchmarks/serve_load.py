@@ -10,7 +10,8 @@ In one run, on the same sentences (drawn with a seed from the lab's sentence set
    thread per request), so the gap to the served rows at the same rate is what HTTP costs.
    With `--static-rates`, the preset with static batching (a batch admitted only when the
    previous one has finished, as serving stacks did before continuous batching) takes the
-   same Poisson arrivals in this process.
+   same Poisson arrivals in this process, at most `--static-slots` a batch. Without
+   `--in-process-rates` the one-at-a-time pipeline is built with one slot.
 2. `lab serve --preset P --port 0` starts in a child process on 127.0.0.1 with its threads
    pinned, and loads and warms its own pipeline. With `--servers one-process,engine-process`
    a second server follows the first, with `--engine-process` (its pipeline in a process of
@@ -101,9 +102,10 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     First the sentences one at a time (what the lab offered before it could serve), then,
     for each of `rates`, the open-loop Poisson point with every request read on one event
     loop: the pipeline's worker under the server's load shape without HTTP, so the gap
-    between these rows and the served ones is what the server itself costs.
+    between these rows and the served ones is what the server itself costs. Without `rates`
+    the pipeline is built with one slot (`alone_config`).
     """
-    pipe = Pipeline(cfg)
+    pipe = Pipeline(cfg if rates else alone_config(cfg))
     try:
         before = thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
@@ -115,16 +117,26 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     return [alone, *open_rows], records + open_records
 
 
+def alone_config(cfg: PipelineConfig) -> PipelineConfig:
+    """The preset for one request at a time: one slot, as a pipeline serving one request
+    never fills another, and on a GPU every batch size up to the preset's captures graphs of
+    its own (minutes for a few hundred slots, more than the status quo's points take)."""
+    return cfg.replace(batch_size=1)
+
+
 STATIC_SHAPE = "in-process static open"
 
 
-def static_batching(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
-                    ) -> tuple[list[PointSummary], list[RequestRecord]]:
+def static_batching(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...],
+                    slots: int | None = None) -> tuple[list[PointSummary], list[RequestRecord]]:
     """The preset with static batching, no server, under each of `rates`: the status quo of
-    serving stacks before continuous batching, on the same arrivals and sentences."""
+    serving stacks before continuous batching, on the same arrivals and sentences. `slots`,
+    if given, caps its batches instead of the preset's batch size: a batch holds what arrived
+    while the one before ran, few at the rates static batching keeps up with, and a smaller
+    cap captures fewer graphs."""
     if not rates:
         return [], []
-    pipe = Pipeline(cfg.replace(continuous_batching=False))
+    pipe = Pipeline(cfg.replace(continuous_batching=False, batch_size=slots or cfg.batch_size))
     try:
         return _open_points(pipe, plan, rates, STATIC_SHAPE)
     finally:
@@ -144,6 +156,8 @@ def check_sweeps(cfg: PipelineConfig, args: argparse.Namespace) -> None:
         if getattr(args, option) and not fam.supports(knob):
             flag = "--" + option.replace("_", "-")
             raise SystemExit(f"{flag}: {cfg.family} has no {what}: {fam.unsupported[knob]}")
+    if args.static_slots and not args.static_rates:
+        raise SystemExit("--static-slots: give --static-rates too (the static rows it caps)")
 
 
 def _one_at_a_time(pipe: Pipeline, plan: LoadPlan) -> tuple[list[RequestRecord], float]:
@@ -276,7 +290,8 @@ def measure(args: argparse.Namespace, plan: LoadPlan, save: Callable[[dict], Non
     hand_over_lock(args.switch_interval)
     with pinned_threads(args.threads) as threads:
         local_rows, local = status_quo(cfg, plan, args.in_process_rates)
-        static_rows, static = static_batching(cfg, plan, args.static_rates)
+        static_rows, static = static_batching(cfg, plan, args.static_rates,
+                                              args.static_slots)
     rows, records = [*local_rows, *static_rows], [*local, *static]
     draft = functools.partial(report, args, plan, cfg, threads)
     save(draft(LoadResult(None, rows, records, []), {}, PARTIAL))
@@ -367,18 +382,30 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
                     **target, plan=asdict(plan))
     return {"meta": meta, "server": {k: ready.get(k) for k in ("slots", "queue", "startup_ms",
                                                                 "fallbacks")},
-            "baseline": "the in-process row: the preset's pipeline in this process, one "
-                        "request at a time, no server, the same sentences"
-                        + ("; the in-process open rows: the same pipeline under the same "
-                           "Poisson arrivals without HTTP" if args.in_process_rates else "")
-                        + ("; the in-process static rows: the preset with static batching "
-                           "(a batch admitted only when the previous one has finished) under "
-                           "the same arrivals" if args.static_rates else ""),
+            "baseline": baseline(args, cfg),
             "anomalies": ([partial] if partial else [])
             + anomalies_of(row_dicts, ready.get("fallbacks") or []), "notes": NOTES,
             "rows": row_dicts,
             "table": table_rows(measured.rows),
             "requests": [asdict(r) for r in measured.records]}
+
+
+def baseline(args: argparse.Namespace, cfg: PipelineConfig) -> str:
+    """What the in-process rows are, with the slots each pipeline was built with."""
+    slots = args.static_slots or cfg.batch_size
+    return ("the in-process row: the preset's pipeline in this process, one request at a "
+            "time, no server, the same sentences"
+            + ("; the in-process open rows: the same pipeline under the same Poisson arrivals "
+               "without HTTP" if args.in_process_rates else " (built with one slot)")
+            + ("; the in-process static rows: the preset with static batching (a batch "
+               "admitted only when the previous one has finished, at most "
+               f"{slots} a batch) under the same arrivals" if args.static_rates else ""))
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a count of 1 or more")
+    return int(text)
 
 
 def _rates(text: str) -> tuple[float, ...]:
@@ -422,6 +449,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also these Poisson rates against the preset with static "
                              "batching, in this process (the status quo before continuous "
                              "batching)")
+    parser.add_argument("--static-slots", type=_count, default=None, metavar="N",
+                        help="the static rows' largest batch (default: the preset's "
+                             "batch_size); fewer slots capture fewer graphs on a GPU")
     parser.add_argument("--requests", type=int, default=32, help="most requests per point")
     parser.add_argument("--duration", type=float, default=60.0, help="most seconds per point")
     parser.add_argument("--timeout", type=float, default=120.0)

@@ -175,6 +175,42 @@ def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_lo
     assert serve_load.static_batching(cfg, plan, ()) == ([], [])
 
 
+def test_the_status_quo_builds_only_the_slots_it_fills(serve_load, monkeypatch):
+    """One request at a time is built with one slot, the static rows with `--static-slots`
+    (the preset's batch size by default), the in-process arrivals with the preset's; the report
+    says so; `--static-slots` without static rows, or below one, is refused."""
+    built = []
+
+    class Built(Exception):
+        pass
+
+    def record(cfg):
+        built.append(cfg.batch_size)
+        raise Built
+
+    monkeypatch.setattr(serve_load, "Pipeline", record)
+    cfg = load_preset("orpheus-tiny-cpu", batch_size=4)
+    plan = LoadPlan(concurrency=(), rates=(), requests=1, duration_s=1.0, texts=("short",),
+                    seed=0, warmup=0)
+    for build in (lambda: serve_load.status_quo(cfg, plan, ()),
+                  lambda: serve_load.status_quo(cfg, plan, (3.0,)),
+                  lambda: serve_load.static_batching(cfg, plan, (3.0,), 2),
+                  lambda: serve_load.static_batching(cfg, plan, (3.0,))):
+        with pytest.raises(Built):
+            build()
+    assert built == [1, 4, 2, 4]
+    words = serve_load.baseline(serve_load.parse_args(["--static-rates", "8",
+                                                       "--static-slots", "64"]), cfg)
+    assert "(built with one slot)" in words and "at most 64 a batch" in words
+    words = serve_load.baseline(serve_load.parse_args(["--in-process-rates", "8"]), cfg)
+    assert "one slot" not in words and "the same Poisson arrivals" in words
+    with pytest.raises(SystemExit, match="--static-slots: give --static-rates too"):
+        serve_load.check_sweeps(cfg, serve_load.parse_args(["--static-slots", "8"]))
+    for bad in ("0", "-2", "eight"):
+        with pytest.raises(SystemExit):
+            serve_load.parse_args(["--static-slots", bad])
+
+
 def test_sweeps_over_a_knob_the_family_ignores_are_refused(serve_load):
     voice = load_preset("cpu-default")
     with pytest.raises(SystemExit, match="--static-rates: piper-vits has no continuous"):
