@@ -245,9 +245,8 @@ class Attention(nn.Module):
         the cache, over each row's positions [0, position] only. Rows at the scratch position
         (padding, past every key bucket) read one key."""
         b, nh, hd = q.shape
-        lengths = torch.where(positions[:, 0] < n_keys, positions[:, 0] + 1, 1)
         q = q.reshape(b, self.n_kv_heads, nh // self.n_kv_heads, hd)
-        y = decode_attention(q, kv.k, kv.v, lengths, n_keys, kv.k_scale, kv.v_scale)
+        y = decode_attention(q, kv.k, kv.v, positions[:, 0], n_keys, kv.k_scale, kv.v_scale)
         return y.reshape(b, 1, nh * hd)
 
 

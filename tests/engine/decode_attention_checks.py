@@ -23,9 +23,10 @@ from lab.engine.llm import LM, LMConfig, call_block
 
 
 def kernel_matches_reference(device: str) -> None:
-    """Rows of 1 key, a block and one past it, and the whole bucket; one row (split along the
-    keys) and several; grouped query heads padded up to the kernel's 16; cache buffers with
-    more slots than rows."""
+    """Rows of 1 key, a block and one past it, and the whole bucket, each at the position of
+    its last key; one row (split along the keys) and several; grouped query heads padded up
+    to the kernel's 16; cache buffers with more slots than rows; a row at n_keys or past it
+    (padding at the scratch position) reads one key."""
     gen = torch.Generator().manual_seed(0)
     for batch, kv_heads, group, dim, n_keys in ((1, 2, 3, 16, 200), (5, 2, 3, 32, 200),
                                                 (4, 1, 1, 16, 64), (3, 2, 4, 16, 130)):
@@ -33,11 +34,14 @@ def kernel_matches_reference(device: str) -> None:
         q = torch.randn(batch, kv_heads, group, dim, generator=gen).to(device)
         k, v = (torch.randn(batch + 2, kv_heads, n_keys + 7, dim, generator=gen).to(device)
                 for _ in range(2))
-        got = decode_attention(q, k, v, lengths, n_keys)
+        got = decode_attention(q, k, v, lengths - 1, n_keys)
         want = reference(q, k, v, lengths)
-        torch.library.opcheck(decode_attention, (q, k, v, lengths, n_keys))
+        torch.library.opcheck(decode_attention, (q, k, v, lengths - 1, n_keys))
         assert got.shape == q.shape and got.dtype == q.dtype
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        padding = torch.full_like(lengths, n_keys) + torch.arange(batch, device=device)
+        torch.testing.assert_close(decode_attention(q, k, v, padding, n_keys),
+                                   reference(q, k, v, torch.ones_like(lengths)))
     assert splits(1, 8, 512) == (8, 64)  # one row: split along the keys to fill the GPU
     assert splits(128, 8, 512) == (1, 512)  # enough rows: one program per (row, KV head)
     assert check_decode_attention(torch.float32, 2, 3, 16, torch.device(device)) is None
@@ -62,15 +66,15 @@ def fp8_kernel_matches_the_dequantized_reference(device: str) -> None:
             stored(torch.randn(batch + 1, 2, n_keys, 16, generator=gen).to(device) * 4, FP8)
             for _ in range(2))
         assert k.dtype == FP8 and k_scale.shape == k.shape[:-1]
-        got = decode_attention(q, k, v, lengths, n_keys, k_scale, v_scale)
+        got = decode_attention(q, k, v, lengths - 1, n_keys, k_scale, v_scale)
         want = reference(q, load(k, k_scale, slice(None), n_keys, q.dtype),
                          load(v, v_scale, slice(None), n_keys, q.dtype), lengths)
         # The schema check compares inputs before and after, which a CPU cannot do for fp8;
         # `kernel_matches_reference` runs it on the same op.
-        torch.library.opcheck(decode_attention, (q, k, v, lengths, n_keys, k_scale, v_scale),
+        torch.library.opcheck(decode_attention, (q, k, v, lengths - 1, n_keys, k_scale, v_scale),
                               test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-        unscaled = decode_attention(q, k, v, lengths, n_keys, None, None)
+        unscaled = decode_attention(q, k, v, lengths - 1, n_keys, None, None)
         assert not torch.allclose(unscaled, want, atol=1e-2)  # the scales are applied
     assert check_decode_attention(torch.float32, 2, 3, 16, torch.device(device), FP8) is None
 
