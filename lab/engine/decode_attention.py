@@ -43,13 +43,12 @@ if triton is not None:
                       G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
                       BLOCK: tl.constexpr, BLOCKS: tl.constexpr, IEEE: tl.constexpr,
                       FINAL: tl.constexpr, SCALED: tl.constexpr):
-        """One program per (row, KV head, split of `BLOCKS` blocks of keys): the split's
-        softmax statistics and weighted values over its keys below the row's length: its
-        position + 1, or 1 from `n_keys` on (`decode_attention`). A block past the length is
-        skipped, so a short row reads only its own keys. With `FINAL` (one
-        split) the program writes the attention output itself: nothing is left to merge. With
-        `SCALED`, K and V are fp8 with one scale per position ([slots, KV heads, positions],
-        strides `ss_b`, `ss_h`, 1)."""
+        """One program per (row, KV head, split of `BLOCKS` blocks of keys): the split's softmax
+        statistics and weighted values over its keys below the row's length: its position + 1,
+        or 1 from `n_keys` on (`decode_attention`). A block past the length is skipped, so a
+        short row reads only its own keys. With `FINAL` (one split) the program writes the
+        attention output itself: nothing is left to merge. With `SCALED`, K and V are fp8 with
+        one scale per position ([slots, KV heads, positions], strides `ss_b`, `ss_h`, 1)."""
         b, h, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         position = tl.load(pos_ptr + b).to(tl.int32)
         length = tl.where(position < n_keys, position + 1, 1)
@@ -210,18 +209,18 @@ def check_decode_attention(dtype: torch.dtype, kv_heads: int, group: int, head_d
     if head_dim < 16 or head_dim & (head_dim - 1):
         return f"head dim {head_dim}: the kernel takes a power of two of at least 16"
     gen = torch.Generator().manual_seed(0)
-    lengths = torch.tensor([1, 70, 300], device=device)
+    positions = torch.tensor([0, 69, 299], device=device)
     q, k, v = (torch.randn(*shape, generator=gen).to(device, dtype) for shape in
                ((3, kv_heads, group, head_dim), (4, kv_heads, 320, head_dim),
                 (4, kv_heads, 320, head_dim)))
     (k, k_scale), (v, v_scale) = (stored(x, kv_dtype or dtype) for x in (k, v))
     try:
-        got = decode_attention(q, k, v, lengths - 1, 320, k_scale, v_scale).float()
+        got = decode_attention(q, k, v, positions, 320, k_scale, v_scale).float()
     except Exception as err:  # noqa: BLE001  any failure to build or run means: do not use it
         return f"the kernel failed: {type(err).__name__}: {err}"
     keys, values = (load(x, s, slice(None), 320, torch.float32).float()
                     for x, s in ((k, k_scale), (v, v_scale)))
-    want = reference(q.float(), keys, values, lengths)
+    want = reference(q.float(), keys, values, positions + 1)
     tolerance = 1e-4 if dtype == torch.float32 else 3e-2
     if not torch.allclose(got, want, atol=tolerance, rtol=tolerance):
         return (f"the kernel's output differs from the reference by up to "
