@@ -105,7 +105,7 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     between these rows and the served ones is what the server itself costs. Without `rates`
     the pipeline is built with one slot (`alone_config`).
     """
-    pipe = Pipeline(cfg if rates else alone_config(cfg))
+    pipe = _built(cfg if rates else alone_config(cfg), "status quo")
     try:
         before = thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
@@ -115,6 +115,18 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     finally:
         pipe.close()
     return [alone, *open_rows], records + open_records
+
+
+def _said(part: str) -> Callable[[str], None]:
+    """A line of set-up on stderr as it happens, named for the `part` of the run it is from:
+    on a GPU each pipeline and server takes minutes to build, and a run that says nothing
+    meanwhile cannot be told from a hung one."""
+    return lambda message: print(f"[{part}] {message}", file=sys.stderr, flush=True)
+
+
+def _built(cfg: PipelineConfig, part: str) -> Pipeline:
+    """The pipeline for `part` of the status quo, its set-up stages said as they go."""
+    return Pipeline(cfg, on_stage=_said(part))
 
 
 def alone_config(cfg: PipelineConfig) -> PipelineConfig:
@@ -136,7 +148,8 @@ def static_batching(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...
     cap captures fewer graphs."""
     if not rates:
         return [], []
-    pipe = Pipeline(cfg.replace(continuous_batching=False, batch_size=slots or cfg.batch_size))
+    pipe = _built(cfg.replace(continuous_batching=False, batch_size=slots or cfg.batch_size),
+                  "static batching")
     try:
         return _open_points(pipe, plan, rates, STATIC_SHAPE)
     finally:
@@ -197,7 +210,7 @@ def serve(preset: str, overrides: list[str], threads: int, slots: int | None,
     args += [arg for pair in overrides for arg in ("--set", pair)]
     args += ["--slots", str(slots)] if slots else []
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    return ServeProcess(args, env=env)
+    return ServeProcess(args, env=env, on_start_line=_said("server"))
 
 
 def anomalies_of(rows: list[dict], fallbacks: list[str]) -> list[str]:

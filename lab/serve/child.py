@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psutil
 
@@ -21,10 +21,14 @@ SERVING = re.compile(r"serving (http://\S+?)/v1/audio/speech")
 
 
 class ServeProcess:
-    """`python -m lab.cli serve ARGS` until `stop`; `url` once it listens, `lines` its output."""
+    """`python -m lab.cli serve ARGS` until `stop`; `url` once it listens, `lines` its output.
+    `on_start_line`, if given, hears each line up to the one that says it listens: its set-up
+    stages as they happen, which on a GPU take minutes."""
 
     def __init__(self, args: Sequence[str], *, env: dict[str, str] | None = None,
-                 start_timeout_s: float = 600.0) -> None:
+                 start_timeout_s: float = 600.0,
+                 on_start_line: Callable[[str], None] | None = None) -> None:
+        self._on_start_line = on_start_line
         command = [sys.executable, "-m", "lab.cli", "serve", *args]
         self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
@@ -41,6 +45,8 @@ class ServeProcess:
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.lines.append(line)
+            if self.url is None and self._on_start_line is not None:
+                self._on_start_line(line.rstrip("\n"))
             if self.url is None and (found := SERVING.search(line)):
                 self.url = found.group(1)
                 self._ready.set()

@@ -39,9 +39,11 @@ def test_in_process_arrivals_keep_their_times_so_the_middle_half_is_measured(ser
     assert row.step_p50_ms is None and "step_p50_ms" not in table_rows([row])[0]
 
 
-def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, monkeypatch):
+def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, monkeypatch,
+                                                          capfd):
     """The status quo, then each served point, reach the report file as they finish, marked
-    partial until the last: a run stopped by a time limit keeps what it measured."""
+    partial until the last: a run stopped by a time limit keeps what it measured. Each
+    pipeline's and the server's set-up is said on stderr as it goes, named for its part."""
     import json
 
     saved, write = [], serve_load.write
@@ -63,6 +65,10 @@ def test_a_run_saves_what_it_has_measured_after_each_part(serve_load, tmp_path, 
     assert serve_load.PARTIAL not in final["anomalies"] and final["meta"]["model"]
     assert "--out" not in final["meta"]["command"] and "--stem s" in final["meta"]["command"]
     assert "### open 1/s over time" in (tmp_path / "s.md").read_text()
+    said = capfd.readouterr().err.splitlines()
+    assert any(line.startswith("[status quo] loading piper-vits weights") for line in said)
+    assert any(line.startswith("[server] ") and "serving http://127.0.0.1" in line
+               for line in said)
 
 
 def test_a_second_server_holds_its_pipeline_in_a_process_of_its_own(serve_load, tmp_path):
@@ -153,7 +159,7 @@ def test_static_batching_takes_the_same_arrivals_with_the_static_policy(serve_lo
     under the same Poisson arrivals, its rows and requests marked as such."""
     built = []
     monkeypatch.setattr(serve_load, "Pipeline",
-                        lambda cfg: built.append(cfg) or Pipeline(cfg))
+                        lambda cfg, **kw: built.append(cfg) or Pipeline(cfg, **kw))
     plan = LoadPlan(concurrency=(), rates=(), requests=6, duration_s=2.0, texts=("short",),
                     seed=0, warmup=0)
     cfg = load_preset("orpheus-tiny-cpu", sampling={"max_tokens": 70})
@@ -184,7 +190,7 @@ def test_the_status_quo_builds_only_the_slots_it_fills(serve_load, monkeypatch):
     class Built(Exception):
         pass
 
-    def record(cfg):
+    def record(cfg, **_):
         built.append(cfg.batch_size)
         raise Built
 
