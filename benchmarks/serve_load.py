@@ -103,9 +103,9 @@ def status_quo(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...]
     for each of `rates`, the open-loop Poisson point with every request read on one event
     loop: the pipeline's worker under the server's load shape without HTTP, so the gap
     between these rows and the served ones is what the server itself costs. Without `rates`
-    the pipeline is built with one slot (`alone_config`).
+    the pipeline is built with one slot (`status_quo_config`).
     """
-    pipe = _built(cfg if rates else alone_config(cfg), "status quo")
+    pipe = _built(status_quo_config(cfg, rates), "status quo")
     try:
         before = thread_clock(pipe)
         records, wall_s = _one_at_a_time(pipe, plan)
@@ -129,11 +129,18 @@ def _built(cfg: PipelineConfig, part: str) -> Pipeline:
     return Pipeline(cfg, on_stage=_said(part))
 
 
-def alone_config(cfg: PipelineConfig) -> PipelineConfig:
-    """The preset for one request at a time: one slot, as a pipeline serving one request
-    never fills another, and on a GPU every batch size up to the preset's captures graphs of
-    its own (minutes for a few hundred slots, more than the status quo's points take)."""
-    return cfg.replace(batch_size=1)
+def status_quo_config(cfg: PipelineConfig, rates: tuple[float, ...]) -> PipelineConfig:
+    """The preset for the in-process rows: with no Poisson `rates` they are one request at a
+    time, so one slot, as a pipeline serving one request never fills another, and on a GPU
+    every batch size up to the preset's captures graphs of its own (minutes for a few hundred
+    slots, more than the status quo's points take)."""
+    return cfg if rates else cfg.replace(batch_size=1)
+
+
+def static_config(cfg: PipelineConfig, slots: int | None) -> PipelineConfig:
+    """The preset with static batching, at most `slots` a batch (None: the preset's batch
+    size)."""
+    return cfg.replace(continuous_batching=False, batch_size=slots or cfg.batch_size)
 
 
 STATIC_SHAPE = "in-process static open"
@@ -148,8 +155,7 @@ def static_batching(cfg: PipelineConfig, plan: LoadPlan, rates: tuple[float, ...
     cap captures fewer graphs."""
     if not rates:
         return [], []
-    pipe = _built(cfg.replace(continuous_batching=False, batch_size=slots or cfg.batch_size),
-                  "static batching")
+    pipe = _built(static_config(cfg, slots), "static batching")
     try:
         return _open_points(pipe, plan, rates, STATIC_SHAPE)
     finally:
@@ -405,7 +411,7 @@ def report(args: argparse.Namespace, plan: LoadPlan, cfg: PipelineConfig, thread
 
 def baseline(args: argparse.Namespace, cfg: PipelineConfig) -> str:
     """What the in-process rows are, with the slots each pipeline was built with."""
-    slots = args.static_slots or cfg.batch_size
+    slots = static_config(cfg, args.static_slots).batch_size
     return ("the in-process row: the preset's pipeline in this process, one request at a "
             "time, no server, the same sentences"
             + ("; the in-process open rows: the same pipeline under the same Poisson arrivals "

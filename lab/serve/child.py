@@ -45,9 +45,11 @@ class ServeProcess:
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.lines.append(line)
-            if self.url is None and self._on_start_line is not None:
+            if self.url is not None:
+                continue
+            if self._on_start_line is not None:
                 self._on_start_line(line.rstrip("\n"))
-            if self.url is None and (found := SERVING.search(line)):
+            if found := SERVING.search(line):
                 self.url = found.group(1)
                 self._ready.set()
         self._ready.set()
