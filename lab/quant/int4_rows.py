@@ -55,6 +55,10 @@ from lab.quant.triton_site import TensorDescriptor, copies_tiles, runs_kernels, 
 # group's sums scaled once, or each weight rebuilt first; 2-32 outputs and 256-2048 columns a
 # program) ran 1.2-1.6 times as long as tinygemm on every Orpheus-3B layer in a one-off H100
 # probe (the four linears of a block 43 us through tinygemm; gate/up 23.6 us against 17.4).
+# Neither did a layout whose bytes pair two output rows at one input, so no nibble interleave
+# is undone in registers (another one-off H100 probe, best of 4-16 outputs, 4-8 groups a load,
+# 1-8 warps): q/k/v 8.4 us against tinygemm's 8.8, but the attention output 6.6 against 5.9,
+# gate/up 19.2 against 17.5 and down 14.7 against 10.8.
 MIN_ROWS = 8
 FEW = 16  # rows up to which a tile is 16 rows tall (`tiles`)
 HALF = 32  # rows up to which a tile is 32 rows tall
