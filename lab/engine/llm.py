@@ -17,9 +17,8 @@ from torch import nn
 
 from lab.engine.cache import StaticLayer, read_static, write_kv, write_static
 from lab.engine.decode_attention import check_decode_attention, decode_attention
-from lab.engine.norm_matvec import normed_linear, residual_linear
+from lab.engine.norm_matvec import normed_linear, normed_swiglu, residual_linear
 from lab.engine.rope_write import rope_write
-from lab.engine.swiglu import swiglu
 from lab.quant import int8_rows
 
 
@@ -258,7 +257,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, norm: RMSNorm) -> torch.Tensor:
         """x plus the MLP of `norm(x)`; the norm and x come in as for `Attention.forward`."""
-        return residual_linear(x, swiglu(normed_linear(x, norm, self.gate_up)), self.down)
+        return residual_linear(x, normed_swiglu(x, norm, self.gate_up), self.down)
 
 
 class Block(nn.Module):

@@ -14,8 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lab.engine.swiglu import swiglu
 from lab.quant import int8_rows
-from lab.quant.matvec import FLOATS, matvec
+from lab.quant.matvec import FLOATS, glu_matvec, matvec
 from lab.quant.precision import is_plain
 from lab.quant.triton_site import runs_kernels
 
@@ -59,6 +60,16 @@ def normed_linear(x: torch.Tensor, norm: nn.Module, linear: nn.Module,
         return linear(norm(x))
     weights, scale = operands
     y = matvec(x.reshape(1, -1), weights, norm.weight, scale, norm.eps)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def normed_swiglu(x: torch.Tensor, norm: nn.Module, linear: nn.Module) -> torch.Tensor:
+    """`swiglu(linear(norm(x)))` for a gate/up layer: one kernel for a single token where
+    `_folded` allows, the product and the activation apart otherwise."""
+    operands = _folded(x, norm, linear)
+    if operands is None:
+        return swiglu(linear(norm(x)))
+    y = glu_matvec(x.reshape(1, -1), operands[0], norm.weight, operands[1], norm.eps)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 

@@ -8,16 +8,17 @@ took 0.69-0.78 ms a step in bf16 (where the gate/up product read its weights at 
 down product, reading a ready vector, took 0.49 and 0.32 ms; the bf16 step took 2.57 ms in two
 compiles with it and 2.62-3.12 without (`benchmarks/results/peers_b1.md`).
 
-A single token's gate/up product could apply the activation as it stores, each program reading
-its outputs' gate rows and their up rows. In a one-off kernel profile of the same step on an
-H100 that product was slower than the two kernels apart: the step's one-row products took
-2183 us against 2081 plus this kernel's 40 in bf16, and 912 against 845 plus 35 with int8
-weights. So the activation keeps a kernel of its own. A later one-off probe of gate/up alone
-(one H100, 8 weight copies in one CUDA graph) found one launch shape at which the joined
-kernel wins: 4 outputs a program, 512 columns a load, each load's products summed as they come,
-34.6 us against 36.7 for the two kernels in bf16, 21.9 against 23.2 with int8 weights; reading
-the gate and up rows interleaved in blocks instead made no difference. That shape is not yet
-measured in the served step.
+A single token's gate/up product applies the activation as it stores (`lab::glu_matvec`, in
+`lab/quant/matvec.py`), so this kernel runs for steps of more than one token. An earlier launch
+shape of that joined kernel lost in the served step: its one-row products took 2183 us against
+2081 plus this kernel's 40 in bf16, and 912 against 845 plus 35 with int8 weights. A one-off
+probe of gate/up alone (one H100, 8 weight copies in one CUDA graph) found the shape that wins,
+4 outputs a program, 512 columns a load, each load's products summed as they come: 34.6 us
+against 36.7 for the two kernels in bf16, 21.9 against 23.2 with int8 weights. In the served
+step (one H100, kernel profile) the step's kernels then took 2330 us against 2379 in bf16 and
+1697 against 1842 with int8 weights, and two runs of the peers benchmark, one build after the
+other in one command, gave 2.39 ms a bf16 step against 2.44
+(`benchmarks/results/peers_h100_b1_ab_glu.md` beside `peers_h100_b1_ab_base.md`).
 
 Where no Triton kernel runs (a CPU without the interpreter) and where a gradient is needed
 (training), it is the plain expression.

@@ -17,6 +17,9 @@ it takes the float one-row products that add to the residual stream, and adds th
 stores, as Inductor's own one-row products do (see `lab.engine.norm_matvec`). The launch shape
 is the lab's, so a build does not change it.
 
+A SwiGLU MLP's gate/up product has a kernel of its own, `glu_matvec`, whose programs read their
+outputs' gate rows and up rows and store SiLU(gate) * up (see `lab.engine.swiglu`).
+
 More rows make the product a matrix product, which cuBLAS, Inductor's templates or the lab's
 row kernels (`int8_rows`, `int4_rows`) read once for all rows.
 """
@@ -101,6 +104,70 @@ if triton is not None:
         if RESIDUAL:
             y += tl.load(r_ptr + j, mask=outputs, other=0.0).to(tl.float32)
         tl.store(y_ptr + j, y.to(y_ptr.dtype.element_ty), mask=outputs)
+
+
+GLU_TILES = Tiles(rows=4, cols=512, pile=False)
+
+if triton is not None:
+
+    @triton.jit
+    def _glu_matvec(x_ptr, g_ptr, w_ptr, s_ptr, y_ptr, n, k, w_row, eps, ROWS: tl.constexpr,
+                    COLS: tl.constexpr, SCALED: tl.constexpr):
+        """y[j] = silu(a[j]) * a[n + j], a = s * W (g * x) / sqrt(mean(x^2) + eps), for ROWS
+        outputs j: each program reads its outputs' gate rows and their up rows, and sums each
+        load's products as they come (`GLU_TILES`)."""
+        j = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        outputs = j < n
+        gate_w = w_ptr + j[:, None].to(tl.int64) * w_row
+        up_w = gate_w + n.to(tl.int64) * w_row
+        gate = tl.zeros((ROWS,), dtype=tl.float32)
+        up = tl.zeros((ROWS,), dtype=tl.float32)
+        squares = tl.zeros((COLS,), dtype=tl.float32)
+        for c0 in range(0, k, COLS):
+            c = c0 + tl.arange(0, COLS)
+            inside = c < k
+            both = outputs[:, None] & inside[None, :]
+            x = tl.load(x_ptr + c, mask=inside, other=0.0).to(tl.float32)
+            a = tl.load(gate_w + c[None, :], mask=both, other=0.0).to(tl.float32)
+            b = tl.load(up_w + c[None, :], mask=both, other=0.0).to(tl.float32)
+            squares += x * x
+            x = x * tl.load(g_ptr + c, mask=inside, other=0.0).to(tl.float32)
+            gate += tl.sum(a * x[None, :], axis=1)
+            up += tl.sum(b * x[None, :], axis=1)
+        root = tl.sqrt(tl.sum(squares, axis=0) / k + eps)
+        ya = gate / root
+        yb = up / root
+        if SCALED:
+            ya = ya * tl.load(s_ptr + j, mask=outputs, other=0.0).to(tl.float32)
+            yb = yb * tl.load(s_ptr + n + j, mask=outputs, other=0.0).to(tl.float32)
+        y = ya * tl.sigmoid(ya) * yb
+        tl.store(y_ptr + j, y.to(y_ptr.dtype.element_ty), mask=outputs)
+
+
+def launch_glu(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, eps: float,
+               scale: torch.Tensor | None = None, tiles: Tiles = GLU_TILES) -> torch.Tensor:
+    """SwiGLU of RMSNorm(g, eps)(x) [K] times w [2N, K] (gate rows, then up rows) -> [N]."""
+    n, k = w.shape[0] // 2, w.shape[1]
+    w = w if w.stride(1) == 1 else w.contiguous()
+    y = torch.empty(n, dtype=x.dtype, device=x.device)
+    x = x.contiguous()
+    _glu_matvec[(triton.cdiv(n, tiles.rows),)](
+        x, g.contiguous(), w, x if scale is None else scale.reshape(-1), y, n, k, w.stride(0),
+        eps, ROWS=tiles.rows, COLS=tiles.cols, SCALED=scale is not None, num_warps=tiles.warps,
+        num_stages=tiles.stages)
+    return y
+
+
+@torch.library.custom_op("lab::glu_matvec", mutates_args=())
+def glu_matvec(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, scale: torch.Tensor | None,
+               eps: float) -> torch.Tensor:
+    """x [1, K] through RMSNorm(g, eps), times w [2N, K], SwiGLU'd -> [1, N] in x's dtype."""
+    return launch_glu(x.reshape(-1), w, g, eps, scale)[None]
+
+
+@glu_matvec.register_fake
+def _(x, w, g, scale, eps):
+    return x.new_empty(1, w.shape[0] // 2)
 
 
 def launch(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor | None = None, eps: float = 0.0,

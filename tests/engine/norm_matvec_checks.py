@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from lab.engine.norm_matvec import normed_linear, residual_linear
-from lab.quant.matvec import Tiles, launch, tiles_for
+from lab.quant.matvec import GLU_TILES, Tiles, launch, launch_glu, tiles_for
 from tests.kernel_checks import OpCalls
 
 
@@ -76,6 +76,31 @@ def int8_weights_are_widened_and_scaled(device: str) -> None:
                                                atol=2e-2 * want.abs().max().item())
 
 
+def glu_matches_the_expression(device: str) -> None:
+    """The gate/up kernel equals SiLU(gate) * up of the normed product, gate rows first then
+    up rows, float weights in bf16 and fp32 and int8 weights with one scale per output, at
+    outputs and columns below and past a tile."""
+    gen = torch.Generator().manual_seed(2)
+    for n, k in ((5, 40), (9, 600)):
+        x = 30 * torch.randn(k, generator=gen)
+        g = 1 + torch.rand(k, generator=gen)
+        float_w = torch.randn(2 * n, k, generator=gen) / k ** 0.5
+        int8_w = torch.randint(-127, 128, (2 * n, k), generator=gen, dtype=torch.int8)
+        scale = torch.rand(2 * n, 1, generator=gen) / 100 + 1e-3
+        for w, s, dtype, tol in ((float_w, None, torch.float32, 1e-5),
+                                 (float_w, None, torch.bfloat16, 2e-2),
+                                 (int8_w, scale, torch.bfloat16, 2e-2)):
+            gate, up = _plain(x, w, g, 1e-5, s).chunk(2)
+            want = F.silu(gate) * up
+            ws = w.to(device) if w.dtype == torch.int8 else w.to(device, dtype)
+            ss = None if s is None else s.to(device)
+            for tiles in (GLU_TILES, Tiles(rows=2, cols=64)):
+                got = launch_glu(x.to(device, dtype), ws, g.to(device, dtype), 1e-5, ss, tiles)
+                assert got.shape == (n,) and got.dtype == dtype
+                torch.testing.assert_close(got.double().cpu(), want, rtol=tol,
+                                           atol=tol * want.abs().max().item())
+
+
 def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
     """A block's MLP on one token computes its norm and gate/up product, then its down
     projection with the residual sum, through the op, as the plain modules would, and compiled
@@ -90,11 +115,12 @@ def one_token_folds_its_norm_compiled_or_not(device: str) -> None:
     block.mlp_norm.weight.data.uniform_(0.5, 1.5)
     mlp, norm = block.mlp, block.mlp_norm
     x = 10 * torch.randn(1, 1, cfg.dim, device=device)
-    with torch.no_grad(), OpCalls(torch.ops.lab.matvec.default) as calls:
+    with (torch.no_grad(), OpCalls(torch.ops.lab.matvec.default) as calls,
+          OpCalls(torch.ops.lab.glu_matvec.default) as glu_calls):
         folded = mlp(x, norm)
         gate, up = mlp.gate_up(norm(x)).chunk(2, dim=-1)
         want = x + mlp.down(F.silu(gate) * up)
-    assert calls.rows == [1, 1]
+    assert calls.rows == [1] and glu_calls.rows == [1]
     torch.testing.assert_close(folded, want, rtol=1e-4, atol=1e-4)
     with torch.no_grad():
         got = torch.compile(mlp, fullgraph=True)(x, norm)
@@ -144,6 +170,7 @@ def a_narrowed_head_takes_the_final_norm(device: str) -> None:
 
 def all_checks(device: str) -> None:
     kernel_matches_the_expression(device)
+    glu_matches_the_expression(device)
     int8_weights_are_widened_and_scaled(device)
     one_token_folds_its_norm_compiled_or_not(device)
     a_narrowed_head_takes_the_final_norm(device)

@@ -91,6 +91,8 @@ def _lm_against_torchao(device: str, batch: int, length: int, op, per_layer: int
 
 def an_int8_lm_runs_its_rows_through_the_kernels(device: str) -> None:
     """Every linear of a batched step through the rows kernel; a single token's q/k/v and
-    gate/up, with the norm before them, through the one-row kernel."""
+    gate/up, with the norm before them, through the one-row kernels (gate/up's with its
+    activation)."""
     _lm_against_torchao(device, 3, 5, torch.ops.lab.int8_rows_mm.default, 4)
-    _lm_against_torchao(device, 1, 1, torch.ops.lab.matvec.default, 2)
+    _lm_against_torchao(device, 1, 1, torch.ops.lab.matvec.default, 1)
+    _lm_against_torchao(device, 1, 1, torch.ops.lab.glu_matvec.default, 1)
