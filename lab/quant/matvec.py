@@ -146,7 +146,9 @@ if triton is not None:
 
 def launch_glu(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, eps: float,
                scale: torch.Tensor | None = None, tiles: Tiles = GLU_TILES) -> torch.Tensor:
-    """SwiGLU of RMSNorm(g, eps)(x) [K] times w [2N, K] (gate rows, then up rows) -> [N]."""
+    """SwiGLU of RMSNorm(g, eps)(x) [K] times w [2N, K] (gate rows, then up rows) -> [N].
+    `tiles.pile` is not read: summing each load's products as they come is the shape that won
+    (`lab.engine.swiglu`)."""
     n, k = w.shape[0] // 2, w.shape[1]
     w = w if w.stride(1) == 1 else w.contiguous()
     y = torch.empty(n, dtype=x.dtype, device=x.device)
