@@ -69,7 +69,8 @@ def normed_swiglu(x: torch.Tensor, norm: nn.Module, linear: nn.Module) -> torch.
     operands = _folded(x, norm, linear)
     if operands is None:
         return swiglu(linear(norm(x)))
-    y = glu_matvec(x.reshape(1, -1), operands[0], norm.weight, operands[1], norm.eps)
+    weights, scale = operands
+    y = glu_matvec(x.reshape(1, -1), weights, norm.weight, scale, norm.eps)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
